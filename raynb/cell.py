@@ -1,0 +1,149 @@
+"""Turn a ``%%raytrain`` cell into the function Ray Train runs on every worker.
+
+The cell body becomes ``def train_loop_per_worker(config): <cell>`` without shifting line numbers: the body is parsed
+on its own and wrapped in a FunctionDef node, so a traceback's line N is the cell's line N as the notebook shows it
+(line 1 being the ``%%raytrain`` line). Nothing here runs the cell.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import os
+import sys
+import sysconfig
+import types
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from .errors import CaptureError, CellSyntaxError
+
+__all__ = ["compile_cell", "serialize", "modules_beside", "FUNCTION_NAME"]
+
+FUNCTION_NAME = "train_loop_per_worker"
+#: Captured state above this size is shipped, but the user is told where the bytes come from.
+LARGE_PAYLOAD_BYTES = 64 * 2**20
+
+
+def compile_cell(
+    source: str,
+    namespace: dict[str, Any],
+    *,
+    filename: str = "<raytrain-cell>",
+    first_line: int = 2,
+) -> Callable[[dict[str, Any]], Any]:
+    """Compile ``source`` into ``train_loop_per_worker(config)`` whose globals are ``namespace``.
+
+    ``first_line`` is the line of the cell the body starts on (2 under a ``%%raytrain`` line).
+    """
+    try:
+        tree = ast.parse(source, filename=filename, mode="exec")
+    except SyntaxError as e:
+        raise _syntax_error(e, source, first_line) from None
+    ast.increment_lineno(tree, first_line - 1)
+    args = ast.arguments(posonlyargs=[], args=[ast.arg(arg="config")], vararg=None, kwonlyargs=[],
+                         kw_defaults=[], kwarg=None, defaults=[])
+    fdef = ast.FunctionDef(name=FUNCTION_NAME, args=args, body=tree.body or [ast.Pass()], decorator_list=[],
+                           returns=None, type_comment=None, lineno=max(first_line - 1, 1), col_offset=0)
+    if sys.version_info >= (3, 12):
+        fdef.type_params = []
+    module = ast.Module(body=[fdef], type_ignores=[])
+    ast.fix_missing_locations(module)
+    try:
+        code = compile(module, filename, "exec", dont_inherit=True)
+    except SyntaxError as e:  # e.g. a `nonlocal` with nothing to bind: only the compiler sees it
+        if e.lineno is not None:
+            e.lineno -= first_line - 1
+        raise _syntax_error(e, source, first_line) from None
+    fcode = next(c for c in code.co_consts if isinstance(c, types.CodeType) and c.co_name == FUNCTION_NAME)
+    if fcode.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
+        raise CellSyntaxError(
+            "A %%raytrain cell cannot contain `yield` or top-level `await`: it becomes a plain function.",
+            fix="Report progress with raynb.report(...) instead of yielding values.",
+        )
+    fn = types.FunctionType(fcode, namespace, FUNCTION_NAME)
+    fn.__qualname__ = FUNCTION_NAME
+    return fn
+
+
+def _syntax_error(e: SyntaxError, source: str, first_line: int) -> CellSyntaxError:
+    body_line = e.lineno or 1
+    cell_line = body_line + first_line - 1
+    lines = source.splitlines()
+    text = lines[body_line - 1] if 0 < body_line <= len(lines) else (e.text or "").rstrip("\n")
+    caret = ""
+    if e.offset and text:
+        caret = "\n    " + " " * (max(e.offset, 1) - 1) + "^"
+    return CellSyntaxError(
+        f"Syntax error in the %%raytrain cell at line {cell_line}: {e.msg}",
+        saw=f"\n    {text}{caret}",
+        fix=f"fix line {cell_line} of the cell and run it again.",
+    )
+
+
+def _referenced_names(code: types.CodeType) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _referenced_names(const)
+    return names
+
+
+def serialize(fn: Callable[..., Any], pickler: Any = None) -> bytes:
+    """Pickle ``fn`` by value with what it captures; on failure name each global that cannot travel."""
+    if pickler is None:
+        from ray import cloudpickle as pickler
+    try:
+        return pickler.dumps(fn)
+    except Exception as whole:  # noqa: BLE001 - any pickling failure is reported by name below
+        culprits: list[str] = []
+        g = getattr(fn, "__globals__", {})
+        for name in sorted(_referenced_names(fn.__code__) & g.keys()):
+            value = g[name]
+            if isinstance(value, types.ModuleType):
+                continue
+            try:
+                pickler.dumps(value)
+            except Exception as e:  # noqa: BLE001
+                culprits.append(f"`{name}` ({type(value).__module__}.{type(value).__qualname__}: {e})")
+        if not culprits:
+            culprits.append(f"{type(whole).__name__}: {whole}")
+        plural = "s" if len(culprits) > 1 else ""
+        raise CaptureError(
+            f"The cell uses notebook global{plural} that cannot be sent to the workers: " + ", ".join(culprits),
+            saw="the workers get a pickled copy of every notebook global the cell refers to",
+            fix="create such objects inside the cell (each worker makes its own), or pass the plain values "
+            "they need through --config.",
+        ) from None
+
+
+def _stdlib_and_site_roots() -> list[Path]:
+    roots = {Path(p).resolve() for key in ("stdlib", "platstdlib", "purelib", "platlib")
+             if (p := sysconfig.get_paths().get(key))}
+    roots |= {Path(p).resolve() for p in sys.path if "site-packages" in p or "dist-packages" in p}
+    roots.add(Path(sys.prefix).resolve())
+    return sorted(roots)
+
+
+def modules_beside(root: Path, modules: Iterable[types.ModuleType] | None = None) -> list[types.ModuleType]:
+    """Top-level modules imported from under ``root`` (the notebook's folder), excluding installed packages.
+
+    Workers cannot import these (they are not installed there), so they travel by value with the cell.
+    """
+    root = root.resolve()
+    installed = _stdlib_and_site_roots()
+    found: dict[str, types.ModuleType] = {}
+    for mod in list(modules if modules is not None else sys.modules.values()):
+        name = getattr(mod, "__name__", "")
+        top = name.split(".")[0]
+        if not name or top in found or name == "__main__" or top == "raynb":
+            continue
+        top_mod = sys.modules.get(top, mod)
+        path = getattr(top_mod, "__file__", None)
+        if not path or not os.path.isabs(path) or not os.path.isfile(path):
+            continue  # builtins, namespace packages, generated code ("<string>")
+        p = Path(path).resolve()
+        if p.is_relative_to(root) and not any(p.is_relative_to(r) for r in installed if r != root):
+            found[top] = top_mod
+    return [found[k] for k in sorted(found)]

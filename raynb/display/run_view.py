@@ -1,0 +1,108 @@
+"""Render a Run: the HTML dashboard (phase, step, elapsed, loss and throughput charts, NCCL badges, error) and the
+one-line text form used in terminals and as ``text/plain``. Reads the run; holds no state of its own."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from . import series as S
+from .svg import line_chart
+
+__all__ = ["run_html", "run_text", "primary_metric"]
+
+_PHASE_COLORS = {"starting workers": "#6c757d", "running": "#0d6efd", "succeeded": "#198754", "failed": "#dc3545",
+                 "aborted": "#fd7e14", "pending": "#6c757d"}
+_NOT_PLOTTED = {"rank", "step", "time", "samples", "tokens", "samples_per_s", "tokens_per_s", "throughput", "epoch"}
+
+
+def _elapsed(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+def primary_metric(records: list[dict[str, Any]]) -> str | None:
+    """``loss`` if reported, else the first numeric key that is not a count or a rate."""
+    for r in records[:50]:
+        if "loss" in r:
+            return "loss"
+    for r in records[:50]:
+        for k, v in r.items():
+            if k not in _NOT_PLOTTED and isinstance(v, (int, float)) and not isinstance(v, bool):
+                return k
+    return None
+
+
+def _status_text(run: Any) -> str:
+    phase = run.phase
+    if phase == "aborted":
+        return f"aborted at step {getattr(run, 'aborted_at_step', run.step)}"
+    return phase
+
+
+def _fmt_num(v: float | None) -> str:
+    if v is None:
+        return "-"
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    return f"{v:.4g}"
+
+
+def _summary(run: Any) -> dict[str, Any]:
+    recs = run.records
+    key = primary_metric(recs)
+    vals = S.metric_series(recs, key) if key else {}
+    last = S.mean_series(vals)[-1][1] if vals else None
+    unit, tput = S.throughput_series(recs)
+    return {"key": key, "vals": vals, "last": last, "unit": unit, "tput": tput, "rate": S.latest_throughput(tput)}
+
+
+def run_text(run: Any) -> str:
+    """``[run] running  step 12  0:34  loss 0.41  1,234 samples/s  2 workers``."""
+    s = _summary(run)
+    parts = [f"[{run.name}] {_status_text(run)}", f"step {run.step}", _elapsed(run.elapsed)]
+    if s["key"]:
+        parts.append(f"{s['key']} {_fmt_num(s['last'])}")
+    if s["rate"] is not None:
+        parts.append(f"{_fmt_num(s['rate'])} {s['unit']}")
+    parts.append(f"{run.spec.workers} {'GPU' if run.spec.gpu else 'CPU'} workers")
+    text = "  ".join(parts)
+    if run.error is not None:
+        text += "\n" + str(run.error)
+    return text
+
+
+def run_html(run: Any, *, nccl_html: str = "") -> str:
+    s = _summary(run)
+    phase = run.phase
+    color = _PHASE_COLORS.get(phase, "#6c757d")
+    vals = s["vals"]
+    loss_lines = vals if S.differ(vals) and len(vals) <= 8 else ({"mean over ranks": S.mean_series(vals)}
+                                                                  if vals else {})
+    tput = s["tput"]
+    tput_lines = tput if S.differ(tput) and len(tput) <= 8 else ({"all workers": S.total(tput)} if tput else {})
+    charts = (
+        line_chart(loss_lines, title=s["key"] or "loss", chart_id="loss")
+        + line_chart(tput_lines, title="throughput", unit=s["unit"], chart_id="throughput",
+                     empty_text="report samples= or tokens= to see throughput")
+    )
+    stats = [f"step <b>{run.step}</b>", f"elapsed <b>{_elapsed(run.elapsed)}</b>",
+             f"<b>{run.spec.workers}</b> {'GPU' if run.spec.gpu else 'CPU'} workers"]
+    if s["key"]:
+        stats.append(f"{html.escape(s['key'])} <b>{_fmt_num(s['last'])}</b>")
+    if s["rate"] is not None:
+        stats.append(f"<b>{_fmt_num(s['rate'])}</b> {html.escape(s['unit'])}")
+    err = ""
+    if run.error is not None:
+        err = (f'<pre style="background:#fff5f5;border-left:4px solid #dc3545;padding:6px 8px;margin:6px 0 0;'
+               f'white-space:pre-wrap;font-size:12px">{html.escape(str(run.error))}</pre>')
+    return (
+        f'<div class="raynb-run" data-run="{html.escape(run.name)}" data-status="{run.status}" '
+        f'data-phase="{html.escape(phase)}" data-step="{run.step}" data-records="{len(run.records)}" '
+        f'style="font-family:sans-serif;font-size:13px;max-width:900px">'
+        f'<div style="display:flex;gap:12px;align-items:center;flex-wrap:wrap;margin-bottom:4px">'
+        f'<span class="raynb-phase" style="background:{color};color:white;border-radius:10px;padding:1px 9px">'
+        f'{html.escape(_status_text(run))}</span><span style="color:#555">{html.escape(run.name)}</span>'
+        + "".join(f"<span>{x}</span>" for x in stats)
+        + f'</div><div style="display:flex;gap:8px;flex-wrap:wrap">{charts}</div>{nccl_html}{err}</div>'
+    )

@@ -1,0 +1,127 @@
+"""Pure derivations from metric records: loss per rank and throughput. No I/O, no Ray."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+__all__ = ["metric_series", "throughput_series", "differ", "downsample", "latest_throughput", "Series"]
+
+Series = dict[str, list[tuple[float, float]]]
+
+_RATE_KEYS = (("tokens_per_s", "tokens/s"), ("samples_per_s", "samples/s"), ("throughput", "items/s"))
+_COUNT_KEYS = (("tokens", "tokens/s"), ("samples", "samples/s"))
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    f = float(v)
+    return f if math.isfinite(f) else None
+
+
+def metric_series(records: Iterable[dict[str, Any]], key: str = "loss") -> Series:
+    """``{"rank 0": [(step, value), ...], ...}`` for records carrying a numeric ``key``."""
+    out: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    for r in records:
+        v = _num(r.get(key))
+        if v is not None:
+            out[int(r.get("rank", 0))].append((float(r.get("step", 0)), v))
+    return {f"rank {k}": sorted(v) for k, v in sorted(out.items())}
+
+
+def throughput_series(records: Sequence[dict[str, Any]]) -> tuple[str, Series]:
+    """Throughput per rank by step, and its unit. Uses a rate key when reported, else counts over time deltas."""
+    unit = ""
+    per_rank: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        per_rank[int(r.get("rank", 0))].append(r)
+    out: Series = {}
+    for rank, recs in sorted(per_rank.items()):
+        recs = sorted(recs, key=lambda r: (r.get("step", 0), r.get("time", 0)))
+        pts: list[tuple[float, float]] = []
+        prev_t: float | None = None
+        for r in recs:
+            t = _num(r.get("time"))
+            rate = None
+            for k, u in _RATE_KEYS:
+                if (v := _num(r.get(k))) is not None:
+                    rate, unit = v, unit or u
+                    break
+            else:
+                for k, u in _COUNT_KEYS:
+                    if (v := _num(r.get(k))) is not None:
+                        if prev_t is not None and t is not None and t > prev_t:
+                            rate, unit = v / (t - prev_t), unit or u
+                        break
+            if t is not None:
+                prev_t = t
+            if rate is not None:
+                pts.append((float(r.get("step", 0)), rate))
+        if pts:
+            out[f"rank {rank}"] = pts
+    return unit, out
+
+
+def total(series: Series) -> list[tuple[float, float]]:
+    """Sum across ranks at each step (the cluster's throughput)."""
+    acc: dict[float, float] = defaultdict(float)
+    seen: dict[float, int] = defaultdict(int)
+    for pts in series.values():
+        for x, y in pts:
+            acc[x] += y
+            seen[x] += 1
+    ranks = len(series)
+    # a step that not every rank has reported yet would read low: leave it out until it is complete
+    return sorted((x, y) for x, y in acc.items() if seen[x] == ranks)
+
+
+def differ(series: Series, tolerance: float = 0.05) -> bool:
+    """True when ranks report noticeably different values (then each rank gets its own line)."""
+    if len(series) < 2:
+        return False
+    by_step: dict[float, list[float]] = defaultdict(list)
+    for pts in series.values():
+        for x, y in pts[-50:]:
+            by_step[x].append(y)
+    for ys in by_step.values():
+        if len(ys) > 1:
+            lo, hi = min(ys), max(ys)
+            scale = max(abs(lo), abs(hi), 1e-12)
+            if (hi - lo) / scale > tolerance:
+                return True
+    return False
+
+
+def mean_series(series: Series) -> list[tuple[float, float]]:
+    acc: dict[float, list[float]] = defaultdict(list)
+    for pts in series.values():
+        for x, y in pts:
+            acc[x].append(y)
+    return [(x, sum(ys) / len(ys)) for x, ys in sorted(acc.items())]
+
+
+def downsample(points: list[tuple[float, float]], max_points: int = 300) -> list[tuple[float, float]]:
+    """At most ``max_points``: bucket means, keeping the first and the last point exactly."""
+    n = len(points)
+    if n <= max_points:
+        return points
+    size = n / (max_points - 2)
+    out = [points[0]]
+    for b in range(max_points - 2):
+        chunk = points[1 + int(b * size): 1 + int((b + 1) * size)]
+        if chunk:
+            out.append((sum(p[0] for p in chunk) / len(chunk), sum(p[1] for p in chunk) / len(chunk)))
+    out.append(points[-1])
+    return out
+
+
+def latest_throughput(series: Series, window: int = 10) -> float | None:
+    """Median of the last ``window`` cluster-total points (robust to one slow step)."""
+    tot = total(series)
+    if not tot:
+        return None
+    ys = sorted(y for _, y in tot[-window:])
+    return ys[len(ys) // 2]

@@ -1,0 +1,86 @@
+"""Errors raised to notebook users.
+
+Every failure a person can hit is a :class:`RaynbError` subclass that says what happened, what raynb saw and what to
+do next. In IPython they render as those few lines only (``_render_traceback_``), not as a stack of raynb internals.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "RaynbError",
+    "UsageError",
+    "NotConnectedError",
+    "ClusterStartError",
+    "ConnectError",
+    "InsufficientResourcesError",
+    "CellSyntaxError",
+    "CaptureError",
+    "TrainingFailedError",
+    "RunAborted",
+]
+
+
+class RaynbError(Exception):
+    """Base class: ``what`` happened, what raynb ``saw``, and the ``fix`` (next step)."""
+
+    def __init__(self, what: str, *, saw: str | None = None, fix: str | None = None) -> None:
+        self.what, self.saw, self.fix = what, saw, fix
+        super().__init__(self.message)
+
+    @property
+    def message(self) -> str:
+        parts = [self.what]
+        if self.saw:
+            parts.append(f"raynb saw: {self.saw}")
+        if self.fix:
+            parts.append(f"next step: {self.fix}")
+        return "\n".join(parts)
+
+    def _render_traceback_(self) -> list[str]:
+        red, reset = "\x1b[31m", "\x1b[0m"
+        lines = self.message.splitlines()
+        return [f"{red}{type(self).__name__}{reset}: {lines[0]}", *lines[1:]]
+
+
+class UsageError(RaynbError):
+    """A magic or function was called with arguments it cannot use."""
+
+
+class NotConnectedError(RaynbError):
+    """No Ray cluster is connected in this kernel."""
+
+
+class ClusterStartError(RaynbError):
+    """The embedded head (or a Kubernetes cluster) did not come up."""
+
+
+class ConnectError(RaynbError):
+    """Ray Client could not connect to a running cluster."""
+
+
+class InsufficientResourcesError(RaynbError):
+    """A run asks for more CPUs/GPUs than the cluster has: it would wait forever."""
+
+
+class CellSyntaxError(RaynbError):
+    """The %%raytrain cell does not parse."""
+
+
+class CaptureError(RaynbError):
+    """The cell's function refers to a global that cannot be shipped to the workers."""
+
+
+class TrainingFailedError(RaynbError):
+    """One or more workers raised; ``run`` holds the failed Run."""
+
+    def __init__(self, what: str, *, run: object = None, saw: str | None = None, fix: str | None = None) -> None:
+        self.run = run
+        super().__init__(what, saw=saw, fix=fix)
+
+
+class RunAborted(RaynbError):
+    """The run was interrupted (kernel interrupt / stop button) and its workers were stopped."""
+
+    def __init__(self, what: str, *, run: object = None) -> None:
+        self.run = run
+        super().__init__(what)

@@ -1,0 +1,402 @@
+"""The embedded Ray head: started by raynb as its own process tree, reused, and never left behind.
+
+One head per machine user lives in ``$RAYNB_HOME/local`` (default ``~/.raynb/local``). A small supervisor process
+(``python -m raynb.local supervise``) leads a new session, starts ``ray start --head --block`` under it, and watches
+the kernels that use the head (``owners/<pid>`` files). When the last owner is gone -- closed, crashed or killed --
+or ``down`` removes ``head.json``, the supervisor ends the whole process group. Nothing here talks to Ray's Python
+API; the kernel connects through Ray Client like it would to a remote cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .errors import ClusterStartError
+
+__all__ = ["LocalHead", "find_head", "start_head", "stop_head", "state_dir"]
+
+HOST = "127.0.0.1"
+_PORT_NAMES = (
+    "gcs_port", "client_port", "dashboard_port", "agent_listen_port", "agent_grpc_port", "runtime_env_agent_port",
+    "metrics_export_port", "node_manager_port", "object_manager_port",
+)
+
+
+def state_dir() -> Path:
+    """Where the embedded head's record, owners and log live."""
+    return Path(os.environ.get("RAYNB_HOME", Path.home() / ".raynb")).expanduser() / "local"
+
+
+@dataclass
+class LocalHead:
+    """A running (or recorded) embedded head."""
+
+    supervisor_pid: int
+    ports: dict[str, int]
+    temp_dir: str
+    num_cpus: int
+    num_gpus: int
+    auth_mode: str
+    ray_version: str
+    python: str
+    started_at: float
+    reused: bool = field(default=False, compare=False)
+
+    @property
+    def client_address(self) -> str:
+        return f"ray://{HOST}:{self.ports['client_port']}"
+
+    @property
+    def gcs_address(self) -> str:
+        return f"{HOST}:{self.ports['gcs_port']}"
+
+    @property
+    def dashboard_url(self) -> str:
+        return f"http://{HOST}:{self.ports['dashboard_port']}"
+
+    def alive(self) -> bool:
+        return _pid_alive(self.supervisor_pid) and _port_open(self.ports["client_port"])
+
+    def to_json(self) -> str:
+        d = asdict(self)
+        d.pop("reused")
+        return json.dumps(d, indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> LocalHead:
+        return cls(**json.loads(text))
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie child still answers kill(0); treat it as gone
+    with contextlib.suppress(OSError):
+        with open(f"/proc/{pid}/stat") as f:
+            if f.read().split(") ")[-1].startswith("Z"):
+                return False
+    return True
+
+
+def _port_open(port: int, timeout: float = 0.5) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        return s.connect_ex((HOST, port)) == 0
+
+
+def _free_ports(n: int) -> list[int]:
+    socks, ports = [], []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((HOST, 0))
+            socks.append(s)
+            ports.append(s.getsockname()[1])
+    finally:
+        for s in socks:
+            s.close()
+    return ports
+
+
+@contextlib.contextmanager
+def _lock(d: Path) -> Iterator[None]:
+    d.mkdir(parents=True, exist_ok=True)
+    with open(d / "lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _owners(d: Path) -> list[int]:
+    out = []
+    for p in (d / "owners").glob("*"):
+        with contextlib.suppress(ValueError):
+            out.append(int(p.name))
+    return out
+
+
+def add_owner(pid: int | None = None) -> None:
+    """Record that process ``pid`` (default: this one) uses the head; it lives while any owner does."""
+    d = state_dir() / "owners"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / str(pid or os.getpid())).touch()
+
+
+def remove_owner(pid: int | None = None) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        (state_dir() / "owners" / str(pid or os.getpid())).unlink()
+
+
+def find_head() -> LocalHead | None:
+    """The recorded head if it is alive, else None (a stale record is cleared)."""
+    d = state_dir()
+    try:
+        head = LocalHead.from_json((d / "head.json").read_text())
+    except (FileNotFoundError, ValueError, TypeError):
+        return None
+    if head.alive():
+        return head
+    if not _pid_alive(head.supervisor_pid):
+        with contextlib.suppress(FileNotFoundError):
+            (d / "head.json").unlink()
+    return None
+
+
+def _ray_executable() -> list[str]:
+    exe = Path(sys.executable).with_name("ray")
+    if exe.exists():
+        return [str(exe)]
+    return [sys.executable, "-c", "import sys; from ray.scripts.scripts import main; sys.exit(main())"]
+
+
+def _ray_start_command(head: LocalHead) -> list[str]:
+    p = head.ports
+    return [
+        *_ray_executable(), "start", "--head", "--block", "--disable-usage-stats",
+        f"--node-ip-address={HOST}", f"--port={p['gcs_port']}", f"--ray-client-server-port={p['client_port']}",
+        "--include-dashboard=true", f"--dashboard-host={HOST}", f"--dashboard-port={p['dashboard_port']}",
+        f"--dashboard-agent-listen-port={p['agent_listen_port']}", f"--dashboard-agent-grpc-port={p['agent_grpc_port']}",
+        f"--runtime-env-agent-port={p['runtime_env_agent_port']}", f"--metrics-export-port={p['metrics_export_port']}",
+        f"--node-manager-port={p['node_manager_port']}", f"--object-manager-port={p['object_manager_port']}",
+        f"--num-cpus={head.num_cpus}", f"--num-gpus={head.num_gpus}", f"--temp-dir={head.temp_dir}",
+    ]
+
+
+def _detect_gpus() -> int:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([v for v in visible.split(",") if v.strip() and v.strip() != "-1"])
+    with contextlib.suppress(Exception):
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=5)
+        if out.returncode == 0:
+            return len([ln for ln in out.stdout.splitlines() if ln.startswith("GPU ")])
+    return 0
+
+
+def start_head(
+    *,
+    num_cpus: int | None = None,
+    num_gpus: int | None = None,
+    timeout: float = 90.0,
+    progress: Callable[[str], None] | None = None,
+) -> LocalHead:
+    """Reuse the running embedded head, or start one and wait until Ray Client and the dashboard answer."""
+    import ray
+
+    d = state_dir()
+    say = progress or (lambda _msg: None)
+    with _lock(d):
+        existing = find_head()
+        if existing is not None:
+            add_owner()
+            existing.reused = True
+            return existing
+        (d / "owners").mkdir(parents=True, exist_ok=True)
+        for stale in _owners(d):
+            if not _pid_alive(stale):
+                remove_owner(stale)
+        # Ray keeps unix sockets under the temp dir: keep its path short (sun_path is 107 bytes).
+        temp_dir = f"/tmp/raynb-{os.getuid()}-{os.urandom(3).hex()}"
+        head = LocalHead(
+            supervisor_pid=0,
+            ports=dict(zip(_PORT_NAMES, _free_ports(len(_PORT_NAMES)), strict=True)),
+            temp_dir=temp_dir,
+            num_cpus=num_cpus if num_cpus is not None else (os.cpu_count() or 1),
+            num_gpus=num_gpus if num_gpus is not None else _detect_gpus(),
+            # Pin the auth mode so head and client always agree, whatever ~/.ray holds (ray-behaviour.md).
+            auth_mode=os.environ.get("RAY_AUTH_MODE", "disabled"),
+            ray_version=ray.__version__,
+            python=".".join(map(str, sys.version_info[:2])),
+            started_at=time.time(),
+        )
+        add_owner()
+        spec = d / "spec.json"
+        spec.write_text(json.dumps({"command": _ray_start_command(head), "auth_mode": head.auth_mode}))
+        log = open(d / "head.log", "wb")  # noqa: SIM115 - handed to the child
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "raynb.local", "supervise", str(d)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
+        )
+        log.close()
+        head.supervisor_pid = proc.pid
+        (d / "head.json").write_text(head.to_json())
+        say(f"starting an embedded Ray head ({head.num_cpus} CPUs, {head.num_gpus} GPUs) ...")
+        t0 = time.monotonic()
+        while True:
+            if proc.poll() is not None:
+                _cleanup_record(d)
+                raise ClusterStartError(
+                    "The embedded Ray head exited while starting.",
+                    saw=_log_tail(d / "head.log"),
+                    fix=f"read {d / 'head.log'}; `ray start --head` must work in this environment.",
+                )
+            if _port_open(head.ports["client_port"]) and _dashboard_ready(head):
+                break
+            if time.monotonic() - t0 > timeout:
+                stop_head(head)
+                raise ClusterStartError(
+                    f"The embedded Ray head did not answer within {timeout:.0f} s.",
+                    saw=_log_tail(d / "head.log"),
+                    fix="the machine may be overloaded; try again, or raise the timeout "
+                    "(%raycluster up --local --timeout 180).",
+                )
+            time.sleep(0.2)
+        say(f"embedded Ray head ready in {time.monotonic() - t0:.1f} s")
+        return head
+
+
+def _dashboard_ready(head: LocalHead) -> bool:
+    try:
+        with urllib.request.urlopen(f"{head.dashboard_url}/api/version", timeout=1) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def _log_tail(path: Path, n: int = 15) -> str:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except FileNotFoundError:
+        return "(no log)"
+    return "\n".join(lines[-n:])
+
+
+def _cleanup_record(d: Path) -> None:
+    for name in ("head.json", "spec.json"):
+        with contextlib.suppress(FileNotFoundError):
+            (d / name).unlink()
+
+
+def stop_head(head: LocalHead | None = None, timeout: float = 15.0) -> bool:
+    """Stop the embedded head and everything it started. True if one was running."""
+    d = state_dir()
+    with _lock(d):
+        head = head or find_head()
+        if head is None:
+            return False
+        _cleanup_record(d)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(head.supervisor_pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while _pid_alive(head.supervisor_pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if _pid_alive(head.supervisor_pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(head.supervisor_pid, signal.SIGKILL)
+        for pid in _owners(d):
+            remove_owner(pid)
+        shutil.rmtree(head.temp_dir, ignore_errors=True)
+        return True
+
+
+def processes_of(head: LocalHead) -> list[int]:
+    """PIDs still in the head's process group or naming its temp dir (for checks that nothing is left)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        try:
+            if os.getpgid(pid) == head.supervisor_pid and _pid_alive(pid):
+                pids.append(pid)
+                continue
+            if head.temp_dir.encode() in (entry / "cmdline").read_bytes() and _pid_alive(pid):
+                pids.append(pid)
+        except (OSError, ProcessLookupError):
+            continue
+    return pids
+
+
+# --- the supervisor process -------------------------------------------------------------------------------------
+
+def _supervise(d: Path) -> int:
+    spec = json.loads((d / "spec.json").read_text())
+    stop = {"now": False}
+
+    def on_term(_sig: int, _frm: object) -> None:
+        stop["now"] = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a kernel interrupt must not reach the head
+    env = {**os.environ, "RAY_AUTH_MODE": spec["auth_mode"], "RAY_USAGE_STATS_ENABLED": "0"}
+    ray = subprocess.Popen(spec["command"], stdin=subprocess.DEVNULL, env=env)
+    print(f"[raynb] supervisor {os.getpid()} started ray pid {ray.pid}", flush=True)
+    ownerless = 0
+    while not stop["now"]:
+        time.sleep(0.5)
+        if ray.poll() is not None:
+            print(f"[raynb] ray start exited with {ray.returncode}", flush=True)
+            break
+        if not (d / "head.json").exists():
+            break
+        alive = [p for p in _owners(d) if _pid_alive(p)]
+        for p in set(_owners(d)) - set(alive):
+            remove_owner(p)
+        ownerless = 0 if alive else ownerless + 1
+        if ownerless >= 2:
+            print("[raynb] no kernel uses the head any more: stopping it", flush=True)
+            _cleanup_record(d)
+            break
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(os.getpgid(0), signal.SIGTERM)
+    deadline = time.monotonic() + 8
+    while time.monotonic() < deadline and len(_group_members()) > 1:
+        time.sleep(0.2)
+    print("[raynb] head stopped", flush=True)
+    os.killpg(os.getpgid(0), signal.SIGKILL)  # whatever ignored SIGTERM, and this process last
+    return 0
+
+
+def _group_members() -> list[int]:
+    me = os.getpgid(0)
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if os.getpgid(int(entry.name)) == me and _pid_alive(int(entry.name)):
+                    out.append(int(entry.name))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m raynb.local", description=__doc__)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sup = sub.add_parser("supervise", help="(internal) run the head and stop it when its owners are gone")
+    sup.add_argument("dir", type=Path)
+    sub.add_parser("stop", help="stop the embedded head")
+    sub.add_parser("status", help="print the embedded head's record")
+    args = ap.parse_args(argv)
+    if args.cmd == "supervise":
+        return _supervise(args.dir)
+    if args.cmd == "stop":
+        print("stopped" if stop_head() else "no embedded head is running")
+        return 0
+    head = find_head()
+    print(head.to_json() if head else "no embedded head is running")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,219 @@
+"""``%raycluster`` and ``%%raytrain``: parse flags, call the public API, nothing else.
+
+Options can also be set with ``%config RayNB.<name> = value`` (or ``c.RayNB.<name>`` in an IPython profile); a flag
+wins over ``%config``, which wins over ``RAYNB_*`` environment variables, which win over defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import re
+import shlex
+from typing import Any, NoReturn
+
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from traitlets import Bool, Float, Integer, Unicode
+from traitlets.config import Configurable
+
+from .config import Settings, resolve
+from .errors import RunAborted, UsageError
+
+__all__ = ["RayNB", "RayNBMagics", "register", "unregister"]
+
+
+class RayNB(Configurable):
+    """raynb options settable with ``%config RayNB.<name> = value``. Unset (None) means: take the next layer."""
+
+    workers = Integer(None, allow_none=True, help="Default number of %%raytrain workers.").tag(config=True)
+    gpu = Bool(None, allow_none=True, help="Train on GPUs by default.").tag(config=True)
+    cpus_per_worker = Float(None, allow_none=True, help="CPUs each worker reserves.").tag(config=True)
+    local_num_cpus = Integer(None, allow_none=True, help="CPUs the embedded head offers.").tag(config=True)
+    local_num_gpus = Integer(None, allow_none=True, help="GPUs the embedded head offers.").tag(config=True)
+    start_timeout_s = Float(None, allow_none=True, help="How long `up` waits for the cluster.").tag(config=True)
+    connect_timeout_s = Float(None, allow_none=True, help="How long Ray Client connects may retry.").tag(config=True)
+    health_check_interval_s = Float(None, allow_none=True, help="Ray Train controller poll interval.").tag(
+        config=True)
+    fast_train_report = Bool(None, allow_none=True,
+                             help="Route metric-only ray.train.report() to raynb's non-blocking path.").tag(config=True)
+    refresh_hz = Float(None, allow_none=True, help="Live display redraws per second.").tag(config=True)
+    nccl = Unicode(None, allow_none=True, help="NCCL logging: summary, full or off.").tag(config=True)
+    strict_efa = Bool(None, allow_none=True, help="Fail runs whose NCCL fell back to sockets.").tag(config=True)
+    storage_path = Unicode(None, allow_none=True, help="Ray Train storage path.").tag(config=True)
+
+    def values(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.trait_names(config=True) if getattr(self, k) is not None}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises a readable UsageError instead of exiting the kernel."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}", fix=f"usage: {self.format_usage().strip()[7:]}")
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:  # --help
+        raise UsageError(self.format_help())
+
+
+def _train_parser() -> _Parser:
+    p = _Parser(prog="%%raytrain", add_help=True,
+                description="Run the cell as Ray Train's train_loop_per_worker(config) on N workers.")
+    p.add_argument("--workers", "-n", type=int, help="number of workers")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--gpu", action="store_true", default=None, help="one GPU per worker (NCCL)")
+    g.add_argument("--cpus-per-worker", type=float, help="CPUs per worker (gloo)")
+    p.add_argument("--config", metavar="EXPR", help="Python expression for `config` (evaluated in the notebook)")
+    p.add_argument("--name", help="run name")
+    p.add_argument("--out", metavar="VAR", help="store the Run in this notebook variable")
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="worker environment variable")
+    p.add_argument("--nccl", choices=["summary", "full", "off"], help="NCCL logging")
+    p.add_argument("--strict-efa", action="store_true", default=None, help="fail fast on a socket fallback")
+    return p
+
+
+def _cluster_parser() -> _Parser:
+    p = _Parser(prog="%raycluster", description="Start, inspect and stop the Ray cluster of this notebook.")
+    sub = p.add_subparsers(dest="command", parser_class=_Parser)
+    upp = sub.add_parser("up", help="start (or reuse) a cluster and connect")
+    upp.add_argument("--local", action="store_true", help="the embedded local cluster (default)")
+    upp.add_argument("--num-cpus", type=int)
+    upp.add_argument("--num-gpus", type=int)
+    upp.add_argument("--timeout", type=float)
+    sub.add_parser("down", help="stop the cluster and everything it started")
+    sub.add_parser("status", help="nodes, CPUs, GPUs, dashboard link")
+    sub.add_parser("dashboard", help="the Ray dashboard link")
+    return p
+
+
+_CONFIG_FLAG = re.compile(r"(?:^|\s)--config(?:=|\s+)")
+
+
+def split_config_expr(line: str) -> tuple[str, str | None]:
+    """Pull ``--config EXPR`` out of a magic line; EXPR may hold spaces and quotes (``{"lr": 0.1}``).
+
+    EXPR is the longest text after ``--config`` that parses as a Python expression and ends at the line's end or
+    before `` --flag``.
+    """
+    m = _CONFIG_FLAG.search(line)
+    if not m:
+        return line, None
+    rest = line[m.end():]
+    ends = [len(rest)] + [i for i in (mm.start() for mm in re.finditer(r"\s--[a-zA-Z]", rest))]
+    for end in sorted(set(ends), reverse=True):
+        expr = rest[:end].strip()
+        if not expr:
+            continue
+        try:
+            ast.parse(expr, mode="eval")
+        except SyntaxError:
+            continue
+        return (line[: m.start()].rstrip() + " " + rest[end:].lstrip()).strip(), expr
+    raise UsageError("%%raytrain: --config needs a Python expression, e.g. --config {'lr': 0.01} or --config cfg",
+                     saw=f"--config {rest.strip()}")
+
+
+@magics_class
+class RayNBMagics(Magics):
+    def __init__(self, shell: Any) -> None:
+        super().__init__(shell)
+        self.options = RayNB(parent=shell)
+
+    def _settings(self, flags: dict[str, Any]) -> Settings:
+        return resolve(flags, self.options.values())
+
+    @line_magic
+    def raycluster(self, line: str) -> Any:
+        """%raycluster up [--local] | down | status | dashboard"""
+        from . import cluster as C
+
+        try:
+            args = _cluster_parser().parse_args(shlex.split(line))
+        except ValueError as e:  # shlex: unbalanced quotes
+            raise UsageError(f"%raycluster: {e}") from None
+        cmd = args.command or "status"
+        if cmd == "up":
+            settings = self._settings({"local_num_cpus": args.num_cpus, "local_num_gpus": args.num_gpus,
+                                       "start_timeout_s": args.timeout})
+            return C.up(local=True, settings=settings)
+        if cmd == "down":
+            stopped = C.down()
+            print("cluster stopped" if stopped else "no cluster was running")
+            return None
+        cur = C.current()
+        if cur is None:
+            from .errors import NotConnectedError
+
+            raise NotConnectedError("This kernel is not connected to a Ray cluster.",
+                                    fix="run `%raycluster up --local` first.")
+        if cmd == "dashboard":
+            from IPython.display import HTML
+
+            url = cur.dashboard_url
+            return HTML(f'<a href="{url}" target="_blank">Ray dashboard: {url}</a>') if url else None
+        return cur.status()
+
+    @cell_magic
+    def raytrain(self, line: str, cell: str) -> None:
+        """%%raytrain [--workers N] [--gpu | --cpus-per-worker C] [--config EXPR] [--name RUN] [--out VAR]"""
+        from .cell import compile_cell
+        from .train import train
+
+        rest, config_expr = split_config_expr(line)
+        try:
+            args = _train_parser().parse_args(shlex.split(rest))
+        except ValueError as e:
+            raise UsageError(f"%%raytrain: {e}") from None
+        if args.out is not None and not args.out.isidentifier():
+            raise UsageError(f"%%raytrain: --out needs a variable name, not {args.out!r}")
+        env = {}
+        for item in args.env:
+            key, sep, value = item.partition("=")
+            if not sep or not key:
+                raise UsageError(f"%%raytrain: --env takes KEY=VALUE, not {item!r}")
+            env[key] = value
+        config: dict[str, Any] = {}
+        if config_expr is not None:
+            try:
+                config = eval(config_expr, self.shell.user_ns)  # noqa: S307 - the user's own notebook expression
+            except Exception as e:  # noqa: BLE001
+                raise UsageError(f"%%raytrain: --config {config_expr} failed: {type(e).__name__}: {e}") from None
+            if not isinstance(config, dict):
+                raise UsageError(f"%%raytrain: --config must give a dict, got {type(config).__name__}")
+        settings = self._settings({
+            "workers": args.workers, "gpu": args.gpu, "cpus_per_worker": args.cpus_per_worker,
+            "nccl": args.nccl, "strict_efa": args.strict_efa,
+        })
+        full_cell = f"%%raytrain {line}\n{cell}"
+        filename = self.shell.compile.cache(full_cell, self.shell.execution_count)
+        fn = compile_cell(cell, self.shell.user_ns, filename=filename, first_line=2)
+        try:
+            run = train(fn, config=config, name=args.name, env=env, settings=settings, cell_file=filename,
+                        cell_source=full_cell)
+        except RunAborted as e:
+            if args.out:
+                self.shell.user_ns[args.out] = e.run
+            raise
+        if args.out:
+            self.shell.user_ns[args.out] = run
+        run.raise_for_status()
+
+
+def register(ip: Any) -> None:
+    magics = RayNBMagics(ip)
+    ip.register_magics(magics)
+    if magics.options not in ip.configurables:
+        ip.configurables.append(magics.options)
+    ip._raynb_magics = magics
+
+
+def unregister(ip: Any) -> None:
+    magics = getattr(ip, "_raynb_magics", None)
+    if magics is None:
+        return
+    for kind in ("line", "cell"):
+        for name in ("raycluster", "raytrain"):
+            ip.magics_manager.magics[kind].pop(name, None)
+    if magics.options in ip.configurables:
+        ip.configurables.remove(magics.options)
+    del ip._raynb_magics
+

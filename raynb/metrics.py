@@ -1,0 +1,232 @@
+"""Live metrics: ``raynb.report()`` on workers -> a sink actor -> the notebook.
+
+Worker side, :func:`report` appends a record to an in-process queue (microseconds, never a Ray call, never a CUDA
+sync: tensors are converted later) and a flusher thread ships batches with fire-and-forget ``push.remote``. The sink
+is an async actor with ``num_cpus=0``. The notebook long-polls ``drain`` from a background thread. This module must
+stay importable on workers: it imports nothing heavier than Ray.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+__all__ = ["report", "Reporter", "MetricsSink", "MetricStream", "current_reporter"]
+
+_reporter: Reporter | None = None
+
+
+def current_reporter() -> Reporter | None:
+    return _reporter
+
+
+def _set_reporter(rep: Reporter | None) -> None:
+    global _reporter
+    _reporter = rep
+
+
+def report(metrics: dict[str, Any] | None = None, /, **kw: Any) -> None:
+    """Send metrics from a training worker to the notebook; cheap and non-blocking.
+
+    ``raynb.report(loss=loss, tokens=n)`` or ``raynb.report({"loss": loss})``. Known keys: ``step`` (else each call
+    counts one), ``loss``, ``samples``/``tokens`` (counts since the previous report; throughput is derived), or
+    ``samples_per_s``/``tokens_per_s`` directly. Tensors are fine: they are read off the GPU on another thread.
+    Outside a raynb run this does nothing.
+    """
+    rep = _reporter
+    if rep is None:
+        return
+    if metrics:
+        kw = {**metrics, **kw}
+    rep.add(kw)
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, (int, float, str, bool)) or v is None:
+        return v
+    item = getattr(v, "item", None)  # torch / numpy scalars and 1-element tensors
+    if callable(item):
+        try:
+            return item()
+        except Exception:  # noqa: BLE001 - a non-scalar tensor: keep its repr
+            return repr(v)
+    return repr(v)
+
+
+class Reporter:
+    """Per-worker-process buffer of records, flushed to the sink by a daemon thread."""
+
+    def __init__(self, sink: Any, rank: int, *, flush_interval: float = 0.05, max_in_flight: int = 4,
+                 max_buffered: int = 200_000) -> None:
+        self.sink, self.rank = sink, rank
+        self.flush_interval, self.max_in_flight, self.max_buffered = flush_interval, max_in_flight, max_buffered
+        self._q: collections.deque[dict[str, Any]] = collections.deque()
+        self._step = 0
+        self._in_flight: list[Any] = []
+        self.dropped = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="raynb-metrics-flush", daemon=True)
+        self._thread.start()
+
+    def add(self, metrics: dict[str, Any], rank: int | None = None) -> None:
+        step = metrics.get("step")
+        if step is None:
+            self._step += 1
+            step = self._step
+        else:
+            self._step = step
+        rec = dict(metrics)
+        rec["rank"] = self.rank if rank is None else rank
+        rec["step"] = step
+        rec["time"] = time.time()
+        if len(self._q) >= self.max_buffered:
+            self._q.popleft()
+            self.dropped += 1
+        self._q.append(rec)
+
+    def _take(self) -> list[dict[str, Any]]:
+        out = []
+        q = self._q
+        while q:
+            rec = q.popleft()
+            out.append({k: _plain(v) for k, v in rec.items()})
+        return out
+
+    def _flush(self) -> None:
+        import ray
+
+        if self._in_flight:
+            done, self._in_flight = ray.wait(self._in_flight, num_returns=len(self._in_flight), timeout=0)
+            if len(self._in_flight) >= self.max_in_flight:  # backpressure lands on this thread, not on training
+                _, self._in_flight = ray.wait(self._in_flight, num_returns=1, timeout=5)
+        batch = self._take()
+        if batch:
+            self._in_flight.append(self.sink.push.remote(batch))
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.flush_interval):
+            try:
+                self._flush()
+            except Exception:  # noqa: BLE001 - metrics must never kill training
+                time.sleep(0.5)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Flush what is left and wait (bounded) until the sink has it."""
+        import ray
+
+        self._stop.set()
+        self._thread.join(timeout=timeout)
+        batch = self._take()
+        if batch:
+            self._in_flight.append(self.sink.push.remote(batch))
+        if self._in_flight:
+            ray.wait(self._in_flight, num_returns=len(self._in_flight), timeout=timeout)
+
+
+class MetricsSink:
+    """Async actor holding a run's records and events until the notebook drains them."""
+
+    def __init__(self) -> None:
+        self._records: list[dict[str, Any]] = []
+        self._events: list[dict[str, Any]] = []
+        self._base = 0  # records before this index were drained and dropped
+        self._new = asyncio.Event()
+
+    async def push(self, records: list[dict[str, Any]]) -> None:
+        self._records.extend(records)
+        self._new.set()
+
+    async def event(self, event: dict[str, Any]) -> None:
+        event.setdefault("time", time.time())
+        self._events.append(event)
+        self._new.set()
+
+    async def drain(self, cursor: int, event_cursor: int, timeout: float = 0.5) -> tuple[int, list[dict], list[dict]]:
+        """Records after ``cursor`` and events after ``event_cursor``; waits up to ``timeout`` for something new."""
+        if cursor >= self._base + len(self._records) and event_cursor >= len(self._events):
+            self._new.clear()
+            try:
+                await asyncio.wait_for(self._new.wait(), timeout)
+            except asyncio.TimeoutError:
+                pass
+        # the caller has everything before `cursor`: drop it so a long run does not grow the actor
+        if cursor > self._base:
+            del self._records[: cursor - self._base]
+            self._base = cursor
+        recs = self._records[cursor - self._base:]
+        return self._base + len(self._records), recs, self._events[event_cursor:]
+
+
+def sink_actor(name: str | None = None) -> Any:
+    """Create a sink actor for one run (0 CPUs, so it never competes with training for a slot)."""
+    import ray
+
+    cls = ray.remote(num_cpus=0, max_concurrency=64)(MetricsSink)
+    return cls.options(name=name, lifetime=None).remote() if name else cls.remote()
+
+
+class MetricStream:
+    """Notebook side: a thread that long-polls the sink and keeps every record and event, in arrival order."""
+
+    def __init__(self, sink: Any, on_data: Callable[[list[dict], list[dict]], None] | None = None,
+                 poll_timeout: float = 0.25) -> None:
+        self.sink = sink
+        self.records: list[dict[str, Any]] = []
+        self.events: list[dict[str, Any]] = []
+        self.arrivals: list[float] = []  # driver time each record arrived (latency measurements)
+        self.on_data = on_data
+        self.poll_timeout = poll_timeout
+        self.changed = threading.Event()
+        self._cursor = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    def start(self) -> MetricStream:
+        self._thread = threading.Thread(target=self._loop, name="raynb-metrics-drain", daemon=True)
+        self._thread.start()
+        return self
+
+    def poll_once(self, timeout: float | None = None) -> int:
+        import ray
+
+        cursor, recs, evs = ray.get(
+            self.sink.drain.remote(self._cursor, len(self.events), self.poll_timeout if timeout is None else timeout)
+        )
+        now = time.time()
+        self._cursor = cursor
+        if recs or evs:
+            self.records.extend(recs)
+            self.arrivals.extend([now] * len(recs))
+            self.events.extend(evs)
+            if self.on_data:
+                self.on_data(recs, evs)
+            self.changed.set()
+        return len(recs) + len(evs)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.poll_once()
+            except Exception as e:  # noqa: BLE001 - the sink died (run aborted) or the client went away
+                self.error = e
+                return
+
+    def stop(self, final_drain: bool = True) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        if final_drain and self.error is None:
+            try:
+                while self.poll_once(timeout=0.0):
+                    pass
+            except Exception as e:  # noqa: BLE001
+                self.error = e
+
+
+def records_of(events: Iterable[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [e for e in events if e.get("kind") == kind]

@@ -1,0 +1,142 @@
+"""Ray Client connection: auth and version preflight, connect with retry, disconnect.
+
+Local and remote clusters take the same path: the notebook is always a Ray Client of the head.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .errors import ConnectError
+
+__all__ = ["connect", "disconnect", "is_connected", "check_versions", "auth_preflight", "worker_env_defaults"]
+
+#: Environment every raynb worker starts with (user values win). NVLink multicast stays off: on shared multi-GPU
+#: hosts a program using it can take the host's GPUs down.
+WORKER_ENV_DEFAULTS: dict[str, str] = {
+    "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",  # otherwise each worker print appears twice
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "PYTHONUNBUFFERED": "1",
+}
+
+
+def worker_env_defaults() -> dict[str, str]:
+    return dict(WORKER_ENV_DEFAULTS)
+
+
+def is_connected() -> bool:
+    import ray
+
+    return bool(ray.is_initialized())
+
+
+def _token_available() -> bool:
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return True
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    candidates = [Path(path)] if path else [Path.home() / ".ray" / "auth_token"]
+    return any(p.is_file() and p.stat().st_size > 0 for p in candidates)
+
+
+def auth_preflight(dashboard_url: str | None, timeout: float = 3.0) -> str | None:
+    """Match this kernel's Ray auth mode to the head's before connecting.
+
+    A head in token mode makes a Ray Client without ``RAY_AUTH_MODE=token`` hang ~30 s and then fail with a misleading
+    "connection timeout" (ray-behaviour.md). The dashboard answers ``/api/authentication_mode`` without a token, so ask
+    it first. Returns the head's mode, or None when the dashboard cannot be asked.
+    """
+    if not dashboard_url:
+        return None
+    try:
+        with urllib.request.urlopen(f"{dashboard_url}/api/authentication_mode", timeout=timeout) as r:
+            mode = json.loads(r.read().decode()).get("authentication_mode")
+    except (OSError, ValueError, urllib.error.URLError):
+        return None
+    if mode == "token" and os.environ.get("RAY_AUTH_MODE", "disabled") != "token":
+        if not _token_available():
+            raise ConnectError(
+                "The Ray head requires token authentication, but this kernel has no Ray token.",
+                saw=f"{dashboard_url}/api/authentication_mode answered 'token'; no RAY_AUTH_TOKEN, "
+                "RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token here",
+                fix="copy the cluster's token to ~/.ray/auth_token (or set RAY_AUTH_TOKEN), then run the cell again.",
+            )
+        os.environ["RAY_AUTH_MODE"] = "token"
+    return mode
+
+
+def check_versions(server_ray: str, server_python: str, *, where: str = "the cluster") -> None:
+    """Ray Client needs the same Ray version and Python minor on both ends; say exactly what to install."""
+    import ray
+
+    here_py = ".".join(map(str, sys.version_info[:2]))
+    problems = []
+    if server_ray and server_ray != ray.__version__:
+        problems.append(f"Ray {ray.__version__} here vs {server_ray} on {where}")
+    if server_python and ".".join(server_python.split(".")[:2]) != here_py:
+        problems.append(f"Python {here_py} here vs {server_python} on {where}")
+    if problems:
+        py = ".".join(server_python.split(".")[:2]) if server_python else here_py
+        raise ConnectError(
+            "This notebook's environment does not match the cluster image, so Ray Client cannot connect.",
+            saw="; ".join(problems),
+            fix=f'use a Python {py} kernel with `pip install "ray[client,train,default]=={server_ray}"` '
+            "(or `conda env create -f environment.yml`, which matches the DLC image), then restart the kernel.",
+        )
+
+
+def connect(
+    address: str,
+    *,
+    dashboard_url: str | None = None,
+    runtime_env: dict[str, Any] | None = None,
+    timeout: float = 60.0,
+    progress: Callable[[str], None] | None = None,
+) -> None:
+    """Connect this kernel to ``address`` (``ray://host:port``) with Ray Client, retrying transient refusals.
+
+    About 1 in 25 connects fail with ``ConnectionAbortedError`` while a previous client's server process is still
+    shutting down (ray-behaviour.md); those are retried until ``timeout``.
+    """
+    import ray
+
+    say = progress or (lambda _m: None)
+    if ray.is_initialized():
+        ray.shutdown()
+    auth_preflight(dashboard_url)
+    deadline = time.monotonic() + timeout
+    attempt, last = 0, None
+    while time.monotonic() < deadline:
+        attempt += 1
+        try:
+            ray.init(address, runtime_env=runtime_env or None, namespace="raynb", logging_level="WARNING",
+                     log_to_driver=True)
+            say(f"connected to {address}" + (f" (attempt {attempt})" if attempt > 1 else ""))
+            return
+        except (ConnectionError, ConnectionAbortedError, TimeoutError) as e:
+            last = e
+            if ray.is_initialized():
+                ray.shutdown()
+            say(f"Ray Client connect attempt {attempt} failed ({type(e).__name__}); retrying ...")
+            time.sleep(min(2.0 * attempt, 5.0))
+    raise ConnectError(
+        f"Could not connect to the Ray head at {address} within {timeout:.0f} s.",
+        saw=f"{type(last).__name__}: {last}" if last else "no answer",
+        fix="check that the head is running (%raycluster status) and that its client port (10001 on Kubernetes) "
+        "is reachable from this kernel.",
+    )
+
+
+def disconnect() -> None:
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()

@@ -1,0 +1,113 @@
+"""What runs inside every Ray Train worker around the user's function.
+
+Sets up the metrics reporter, routes metric-only ``ray.train.report`` calls to it (Ray's own path blocks each call
+for about the controller's health-check interval), runs the function in the notebook's folder when that folder
+exists on the worker, and sends a failing rank's traceback (frames with the cell's own line numbers) to the
+notebook before re-raising. Imports nothing heavier than Ray.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from . import metrics
+
+__all__ = ["run_on_worker", "format_frames"]
+
+
+def _frames(tb: Any) -> list[dict[str, Any]]:
+    out = []
+    for fs in traceback.extract_tb(tb):
+        if fs.filename == __file__:
+            continue  # this wrapper is not the user's business
+        out.append({"file": fs.filename, "line": fs.lineno, "name": fs.name, "text": (fs.line or "").strip()})
+    return out
+
+
+def format_frames(frames: list[dict[str, Any]], cell_file: str | None, cell_source: str | None = None) -> list[str]:
+    """Render frames like a traceback; frames of the cell say ``cell line N`` and show that line of the cell."""
+    cell_lines = cell_source.splitlines() if cell_source else []
+    lines = []
+    for f in frames:
+        if cell_file and f["file"] == cell_file:
+            text = f["text"]
+            if not text and 0 < f["line"] <= len(cell_lines):
+                text = cell_lines[f["line"] - 1].strip()
+            lines.append(f"  cell line {f['line']}, in {f['name']}")
+        else:
+            text = f["text"]
+            lines.append(f'  File "{f["file"]}", line {f["line"]}, in {f["name"]}')
+        if text:
+            lines.append(f"    {text}")
+    return lines
+
+
+def _patch_train_report(rep: metrics.Reporter) -> Callable[[], None]:
+    """Make ``ray.train.report(metrics)`` without a checkpoint non-blocking; with one, also call Ray's."""
+    import ray.train
+
+    original = ray.train.report
+
+    def report(metrics_: dict[str, Any], checkpoint: Any = None, *args: Any, **kwargs: Any) -> None:
+        rep.add(dict(metrics_))
+        if checkpoint is not None or args or kwargs:
+            original(metrics_, checkpoint, *args, **kwargs)
+
+    report.__doc__ = original.__doc__
+    report.__wrapped__ = original  # type: ignore[attr-defined]
+    ray.train.report = report
+
+    def restore() -> None:
+        ray.train.report = original
+
+    return restore
+
+
+def run_on_worker(payload: bytes, config: dict[str, Any], sink: Any, info: dict[str, Any]) -> None:
+    """Unpickle the cell's function and run it as this rank, reporting to ``sink``."""
+    import ray
+    import ray.train
+    from ray import cloudpickle
+
+    ctx = ray.train.get_context()
+    rank = ctx.get_world_rank()
+    rep = metrics.Reporter(sink, rank, flush_interval=info.get("flush_interval", 0.05))
+    metrics._set_reporter(rep)
+    restore = _patch_train_report(rep) if info.get("fast_train_report", True) else (lambda: None)
+    cwd = info.get("cwd")
+    if cwd and os.path.isdir(cwd):
+        os.chdir(cwd)  # relative paths written for the notebook keep working on a local cluster
+        if cwd not in sys.path:
+            sys.path.insert(0, cwd)
+    gpu = None
+    with contextlib.suppress(Exception):
+        gpu = os.environ.get("CUDA_VISIBLE_DEVICES")
+    sink.event.remote({
+        "kind": "worker_started", "rank": rank, "local_rank": ctx.get_local_rank(), "world_size": ctx.get_world_size(),
+        "node": socket.gethostname(), "node_rank": ctx.get_node_rank(), "pid": os.getpid(), "gpu": gpu,
+    })
+    t0 = time.time()
+    try:
+        fn = cloudpickle.loads(payload)
+        fn(config)
+    except BaseException as e:
+        rep.close()
+        err = {"kind": "worker_error", "rank": rank, "type": type(e).__name__, "message": str(e),
+               "frames": _frames(e.__traceback__), "node": socket.gethostname()}
+        with contextlib.suppress(Exception):
+            ray.get(sink.event.remote(err), timeout=5)
+        raise
+    else:
+        rep.close()
+        with contextlib.suppress(Exception):
+            ray.get(sink.event.remote({"kind": "worker_done", "rank": rank, "seconds": time.time() - t0}), timeout=5)
+    finally:
+        restore()
+        metrics._set_reporter(None)

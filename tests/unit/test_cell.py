@@ -1,0 +1,85 @@
+"""cell.py: the cell becomes a function whose line numbers are the cell's own; capture problems are named."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import traceback
+import types
+from pathlib import Path
+
+import pytest
+from ray import cloudpickle
+
+from raynb.cell import compile_cell, modules_beside, serialize
+from raynb.errors import CaptureError, CellSyntaxError
+
+
+def test_body_runs_with_config_and_notebook_globals() -> None:
+    ns = {"__name__": "__main__", "SCALE": 3}
+    fn = compile_cell("out = config['x'] * SCALE\nreturn out", ns)
+    assert fn.__name__ == "train_loop_per_worker"
+    assert fn({"x": 2}) == 6
+    assert fn.__globals__ is ns
+
+
+def test_traceback_line_numbers_match_the_cell() -> None:
+    # line 1 is the %%raytrain line, so the body's third line is cell line 4
+    fn = compile_cell("a = 1\nb = 2\nraise ValueError('boom')\n", {"__name__": "__main__"}, filename="<cell-7>")
+    with pytest.raises(ValueError) as ei:
+        fn({})
+    frames = [f for f in traceback.extract_tb(ei.value.__traceback__) if f.filename == "<cell-7>"]
+    assert [(f.lineno, f.name) for f in frames] == [(4, "train_loop_per_worker")]
+
+
+def test_syntax_error_points_at_the_cell_line() -> None:
+    with pytest.raises(CellSyntaxError) as ei:
+        compile_cell("x = 1\ny = (2 +\n", {})
+    assert "line 3" in ei.value.what  # body line 2 == cell line 3
+    assert "y = (2 +" in ei.value.message
+
+
+def test_compile_time_error_is_also_a_cell_syntax_error() -> None:
+    with pytest.raises(CellSyntaxError) as ei:
+        compile_cell("x = 1\nnonlocal y\n", {})
+    assert "line 3" in ei.value.what
+
+
+def test_yield_is_refused() -> None:
+    with pytest.raises(CellSyntaxError, match="yield"):
+        compile_cell("yield 1", {})
+
+
+def test_serialize_names_the_unpicklable_global() -> None:
+    ns = {"__name__": "__main__", "lock": threading.Lock(), "ok": [1, 2]}
+    fn = compile_cell("with lock:\n    return ok", ns)
+    with pytest.raises(CaptureError) as ei:
+        serialize(fn)
+    msg = ei.value.message
+    assert "`lock`" in msg and "_thread.lock" in msg and "`ok`" not in msg
+    assert "--config" in msg  # says what to do
+
+
+def test_serialize_round_trips_a_plain_cell() -> None:
+    ns = {"__name__": "__main__", "K": 5}
+    fn = compile_cell("return config['v'] + K", ns)
+    assert cloudpickle.loads(serialize(fn))({"v": 1}) == 6
+
+
+def test_modules_beside_finds_a_local_module_and_skips_installed(tmp_path: Path) -> None:
+    (tmp_path / "mylocalhelpers.py").write_text("def f():\n    return 41\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import mylocalhelpers  # type: ignore[import-not-found]
+
+        found = modules_beside(tmp_path, [mylocalhelpers, types, pytest])
+        assert [m.__name__ for m in found] == ["mylocalhelpers"]
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("mylocalhelpers", None)
+
+
+def test_modules_beside_ignores_pseudo_files(tmp_path: Path) -> None:
+    fake = types.ModuleType("generated_thing")
+    fake.__file__ = "<string>"
+    assert modules_beside(tmp_path, [fake]) == []

@@ -1,0 +1,106 @@
+"""display: pure series derivations, the SVG chart, the HTML/text views of a run."""
+
+from __future__ import annotations
+
+import re
+from types import SimpleNamespace
+from typing import Any
+
+from raynb.display import LiveView, render_bundle
+from raynb.display import series as S
+from raynb.display.svg import line_chart
+
+
+def _recs(ranks: int = 2, steps: int = 5, dt: float = 0.5, samples: int = 64, loss0: float = 2.0) -> list[dict]:
+    out = []
+    for r in range(ranks):
+        for s in range(1, steps + 1):
+            out.append({"rank": r, "step": s, "time": 100 + s * dt, "loss": loss0 / s + r * 0.5, "samples": samples})
+    return out
+
+
+def test_throughput_from_counts_sums_complete_steps() -> None:
+    unit, tp = S.throughput_series(_recs())
+    assert unit == "samples/s"
+    assert tp["rank 0"][0] == (2.0, 128.0)  # 64 samples in 0.5 s, from step 2 on
+    assert S.total(tp)[-1] == (5.0, 256.0)
+    assert S.latest_throughput(tp) == 256.0
+
+
+def test_total_leaves_out_a_step_not_every_rank_reported() -> None:
+    recs = _recs() + [{"rank": 0, "step": 6, "time": 103.5, "samples": 64}]
+    _, tp = S.throughput_series(recs)
+    assert S.total(tp)[-1][0] == 5.0
+
+
+def test_rate_keys_win_over_counts() -> None:
+    unit, tp = S.throughput_series([{"rank": 0, "step": 1, "time": 1, "tokens_per_s": 5000.0, "tokens": 1}])
+    assert unit == "tokens/s" and tp["rank 0"] == [(1.0, 5000.0)]
+
+
+def test_differ_detects_ranks_apart() -> None:
+    same = S.metric_series([{"rank": r, "step": 1, "loss": 1.0} for r in range(3)])
+    apart = S.metric_series(_recs())
+    assert not S.differ(same) and S.differ(apart)
+
+
+def test_downsample_bounds_points_and_keeps_ends() -> None:
+    pts = [(float(i), float(i * i)) for i in range(10_000)]
+    d = S.downsample(pts, 300)
+    assert len(d) <= 300 and d[0] == pts[0] and d[-1] == pts[-1]
+
+
+def test_svg_chart_counts_points_and_stays_small() -> None:
+    series = {"rank 0": [(float(i), 1.0 / (i + 1)) for i in range(1000)]}
+    svg = line_chart(series, title="loss", chart_id="loss")
+    assert 'data-points="1000"' in svg and "<polyline" in svg
+    assert len(svg) < 15_000
+    assert "waiting for the first report" in line_chart({}, title="loss")
+
+
+def _run(records: list[dict], status: str = "running", error: Any = None) -> SimpleNamespace:
+    return SimpleNamespace(
+        name="r1", status=status, phase=status, records=records, events=[], step=max((r["step"] for r in records),
+                                                                                      default=0),
+        elapsed=65.0, error=error, spec=SimpleNamespace(workers=2, gpu=False), aborted_at_step=3)
+
+
+def test_bundle_has_html_and_text() -> None:
+    b = render_bundle(_run(_recs()))
+    assert "step 5" in b["text/plain"] and "samples/s" in b["text/plain"] and "1:05" in b["text/plain"]
+    html = b["text/html"]
+    assert 'data-status="running"' in html and html.count("<svg") == 2
+    assert re.search(r'data-chart="loss" data-points="10"', html)
+
+
+def test_aborted_run_says_at_which_step() -> None:
+    assert "aborted at step 3" in render_bundle(_run(_recs(), status="aborted"))["text/plain"]
+
+
+class _Handle:
+    def __init__(self) -> None:
+        self.updates = 0
+
+    def update(self, _obj: Any) -> None:
+        self.updates += 1
+
+
+def test_live_view_throttles_and_skips_unchanged() -> None:
+    run = _run(_recs())
+    view = LiveView(run, mode="html", hz=4)
+    view._handle = _Handle()
+    view.refresh(force=True)
+    for _ in range(50):
+        view.refresh()  # same state, within the same quarter second: no redraw
+    assert view._handle.updates == 1
+
+
+def test_text_mode_writes_one_line() -> None:
+    import io
+
+    buf = io.StringIO()
+    view = LiveView(_run(_recs(), status="succeeded"), mode="text", stream=buf)
+    view.start()
+    view.finish()
+    out = buf.getvalue()
+    assert out.startswith("\r[r1] succeeded") and out.endswith("\n")

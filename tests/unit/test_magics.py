@@ -1,0 +1,78 @@
+"""magics.py through a real InteractiveShell: loading, flag parsing and errors (no cluster needed)."""
+
+from __future__ import annotations
+
+import pytest
+from IPython.testing.globalipapp import start_ipython
+
+from raynb.errors import NotConnectedError, UsageError
+from raynb.magics import split_config_expr
+
+
+@pytest.fixture(scope="module")
+def ip():  # noqa: ANN201
+    shell = start_ipython()
+    shell.run_line_magic("load_ext", "raynb")
+    yield shell
+    shell.run_line_magic("unload_ext", "raynb")
+
+
+def test_load_ext_registers_both_magics(ip) -> None:  # noqa: ANN001
+    assert "raycluster" in ip.magics_manager.magics["line"]
+    assert "raytrain" in ip.magics_manager.magics["cell"]
+
+
+@pytest.mark.parametrize(
+    ("line", "rest", "expr"),
+    [
+        ('--workers 2 --config {"lr": 0.1, "n": [1, 2]} --name x', "--workers 2 --name x", '{"lr": 0.1, "n": [1, 2]}'),
+        ("--config cfg", "", "cfg"),
+        ("--config dict(a=1, b='--x') --out r", "--out r", "dict(a=1, b='--x')"),
+        ("--workers 3", "--workers 3", None),
+    ],
+)
+def test_config_expression_may_hold_spaces(line: str, rest: str, expr: str | None) -> None:
+    assert split_config_expr(line) == (rest, expr)
+
+
+def test_unknown_flag_is_a_usage_error(ip) -> None:  # noqa: ANN001
+    with pytest.raises(UsageError) as ei:
+        ip.run_cell_magic("raytrain", "--wrokers 2", "pass")
+    assert "--wrokers" in ei.value.message and "usage" in ei.value.message
+
+
+def test_gpu_and_cpus_per_worker_exclude_each_other(ip) -> None:  # noqa: ANN001
+    with pytest.raises(UsageError, match="not allowed with"):
+        ip.run_cell_magic("raytrain", "--gpu --cpus-per-worker 2", "pass")
+
+
+def test_config_must_be_a_dict(ip) -> None:  # noqa: ANN001
+    with pytest.raises(UsageError, match="dict"):
+        ip.run_cell_magic("raytrain", "--config [1, 2]", "pass")
+
+
+def test_raytrain_without_a_cluster_says_how_to_start_one(ip) -> None:  # noqa: ANN001
+    with pytest.raises(NotConnectedError) as ei:
+        ip.run_cell_magic("raytrain", "--workers 2", "x = 1")
+    assert "%raycluster up --local" in ei.value.message
+
+
+def test_unknown_subcommand(ip) -> None:  # noqa: ANN001
+    with pytest.raises(UsageError, match="invalid choice"):
+        ip.run_line_magic("raycluster", "upp")
+
+
+def test_config_magic_sets_options(ip) -> None:  # noqa: ANN001
+    ip.run_line_magic("config", "RayNB.workers = 7")
+    try:
+        assert ip._raynb_magics._settings({}).workers == 7
+        assert ip._raynb_magics._settings({"workers": 3}).workers == 3  # a flag still wins
+    finally:
+        ip.run_line_magic("config", "RayNB.workers = None")
+
+
+def test_errors_render_as_a_few_lines(ip) -> None:  # noqa: ANN001
+    result = ip.run_cell("%raycluster upp")
+    assert isinstance(result.error_in_exec, UsageError)
+    lines = result.error_in_exec._render_traceback_()
+    assert len(lines) <= 4 and "UsageError" in lines[0]
