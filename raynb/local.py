@@ -201,7 +201,7 @@ def start_head(
     progress: Callable[[str], None] | None = None,
 ) -> LocalHead:
     """Reuse the running embedded head, or start one and wait until Ray Client and the dashboard answer."""
-    import ray
+    from importlib.metadata import version
 
     d = state_dir()
     say = progress or (lambda _msg: None)
@@ -225,13 +225,14 @@ def start_head(
             num_gpus=num_gpus if num_gpus is not None else _detect_gpus(),
             # Pin the auth mode so head and client always agree, whatever ~/.ray holds (ray-behaviour.md).
             auth_mode=os.environ.get("RAY_AUTH_MODE", "disabled"),
-            ray_version=ray.__version__,
+            ray_version=version("ray"),
             python=".".join(map(str, sys.version_info[:2])),
             started_at=time.time(),
         )
         add_owner()
         spec = d / "spec.json"
-        spec.write_text(json.dumps({"command": _ray_start_command(head), "auth_mode": head.auth_mode}))
+        spec.write_text(json.dumps({"command": _ray_start_command(head), "auth_mode": head.auth_mode,
+                                    "temp_dir": head.temp_dir}))
         log = open(d / "head.log", "wb")  # noqa: SIM115 - handed to the child
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         proc = subprocess.Popen(
@@ -304,28 +305,38 @@ def stop_head(head: LocalHead | None = None, timeout: float = 15.0) -> bool:
         if _pid_alive(head.supervisor_pid):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(head.supervisor_pid, signal.SIGKILL)
+        _kill_all(processes_of(head))  # Ray starts some workers in sessions of their own
         for pid in _owners(d):
             remove_owner(pid)
         shutil.rmtree(head.temp_dir, ignore_errors=True)
         return True
 
 
-def processes_of(head: LocalHead) -> list[int]:
-    """PIDs still in the head's process group or naming its temp dir (for checks that nothing is left)."""
-    pids = []
+def _pids_naming(temp_dir: str, pgid: int | None = None) -> list[int]:
+    """Live PIDs in process group ``pgid`` or whose command line names ``temp_dir`` (unique to one head)."""
+    pids, me = [], os.getpid()
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+        if not entry.name.isdigit() or int(entry.name) == me:
             continue
         pid = int(entry.name)
         try:
-            if os.getpgid(pid) == head.supervisor_pid and _pid_alive(pid):
-                pids.append(pid)
-                continue
-            if head.temp_dir.encode() in (entry / "cmdline").read_bytes() and _pid_alive(pid):
-                pids.append(pid)
+            if (pgid is not None and os.getpgid(pid) == pgid) or temp_dir.encode() in (entry / "cmdline").read_bytes():
+                if _pid_alive(pid):
+                    pids.append(pid)
         except (OSError, ProcessLookupError):
             continue
     return pids
+
+
+def processes_of(head: LocalHead) -> list[int]:
+    """PIDs still in the head's process group or naming its temp dir (for checks that nothing is left)."""
+    return _pids_naming(head.temp_dir, head.supervisor_pid)
+
+
+def _kill_all(pids: list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
 
 
 # --- the supervisor process -------------------------------------------------------------------------------------
@@ -339,7 +350,10 @@ def _supervise(d: Path) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a kernel interrupt must not reach the head
-    env = {**os.environ, "RAY_AUTH_MODE": spec["auth_mode"], "RAY_USAGE_STATS_ENABLED": "0"}
+    # Ray turns 127.0.0.1 into the "remotely reachable" address unless it runs in its single-machine mode (the one
+    # it uses on macOS): then every component, the Ray Client server included, stays on loopback.
+    env = {**os.environ, "RAY_AUTH_MODE": spec["auth_mode"], "RAY_USAGE_STATS_ENABLED": "0",
+           "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
     ray = subprocess.Popen(spec["command"], stdin=subprocess.DEVNULL, env=env)
     print(f"[raynb] supervisor {os.getpid()} started ray pid {ray.pid}", flush=True)
     ownerless = 0
@@ -364,6 +378,9 @@ def _supervise(d: Path) -> int:
     deadline = time.monotonic() + 8
     while time.monotonic() < deadline and len(_group_members()) > 1:
         time.sleep(0.2)
+    # Ray starts some workers in sessions of their own; they all name this head's temp dir.
+    _kill_all(_pids_naming(spec["temp_dir"]))
+    shutil.rmtree(spec["temp_dir"], ignore_errors=True)
     print("[raynb] head stopped", flush=True)
     os.killpg(os.getpgid(0), signal.SIGKILL)  # whatever ignored SIGTERM, and this process last
     return 0

@@ -47,6 +47,14 @@ def _token_available() -> bool:
     return any(p.is_file() and p.stat().st_size > 0 for p in candidates)
 
 
+def _process_uses_token_auth() -> bool:
+    if "ray._raylet" in sys.modules:
+        from ray._raylet import AuthenticationMode, get_authentication_mode
+
+        return bool(get_authentication_mode() == AuthenticationMode.TOKEN)
+    return os.environ.get("RAY_AUTH_MODE", "disabled").lower() == "token"
+
+
 def auth_preflight(dashboard_url: str | None, timeout: float = 3.0) -> str | None:
     """Match this kernel's Ray auth mode to the head's before connecting.
 
@@ -61,13 +69,22 @@ def auth_preflight(dashboard_url: str | None, timeout: float = 3.0) -> str | Non
             mode = json.loads(r.read().decode()).get("authentication_mode")
     except (OSError, ValueError, urllib.error.URLError):
         return None
-    if mode == "token" and os.environ.get("RAY_AUTH_MODE", "disabled") != "token":
+    if mode == "token" and not _process_uses_token_auth():
         if not _token_available():
             raise ConnectError(
                 "The Ray head requires token authentication, but this kernel has no Ray token.",
                 saw=f"{dashboard_url}/api/authentication_mode answered 'token'; no RAY_AUTH_TOKEN, "
                 "RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token here",
                 fix="copy the cluster's token to ~/.ray/auth_token (or set RAY_AUTH_TOKEN), then run the cell again.",
+            )
+        if "ray._raylet" in sys.modules:
+            # Ray reads RAY_AUTH_MODE once, when it is imported: this process can no longer switch.
+            raise ConnectError(
+                "The Ray head requires token authentication, and Ray was imported in this kernel without it.",
+                saw=f"{dashboard_url}/api/authentication_mode answered 'token'; Ray reads RAY_AUTH_MODE only at "
+                "import, and this kernel imported it with authentication disabled",
+                fix="restart the kernel and run `%env RAY_AUTH_MODE=token` before anything imports ray "
+                "(or export RAY_AUTH_MODE=token before starting Jupyter).",
             )
         os.environ["RAY_AUTH_MODE"] = "token"
     return mode
@@ -106,12 +123,12 @@ def connect(
     About 1 in 25 connects fail with ``ConnectionAbortedError`` while a previous client's server process is still
     shutting down (ray-behaviour.md); those are retried until ``timeout``.
     """
+    auth_preflight(dashboard_url)  # before `import ray`: Ray fixes its auth mode at import
     import ray
 
     say = progress or (lambda _m: None)
     if ray.is_initialized():
         ray.shutdown()
-    auth_preflight(dashboard_url)
     deadline = time.monotonic() + timeout
     attempt, last = 0, None
     while time.monotonic() < deadline:

@@ -22,9 +22,15 @@ from .config import Settings
 from .errors import InsufficientResourcesError, NotConnectedError, RunAborted, TrainingFailedError
 from .worker import format_frames
 
-__all__ = ["Run", "RunError", "start_run", "train", "Launcher"]
+__all__ = ["Run", "RunError", "start_run", "train", "active_run", "Launcher"]
 
 TERMINAL = ("succeeded", "failed", "aborted")
+_active: Run | None = None
+
+
+def active_run() -> Run | None:
+    """The run this kernel is waiting on right now, if any (readable from other threads)."""
+    return _active
 
 
 class Launcher:
@@ -251,6 +257,9 @@ class Run:
                 signal.signal(signal.SIGINT, previous)
             if on_tick:
                 on_tick()
+            global _active
+            if _active is self:
+                _active = None
 
     def _note_progress(self) -> None:
         if self.status == "starting" and self.stream and (self.stream.records or any(
@@ -388,6 +397,8 @@ def start_run(
         storage_path=settings.storage_path, cell_file=cell_file, cell_source=cell_source, cwd=here,
     )
     run = Run(spec, settings)
+    global _active
+    _active = run
     run._start(payload)
     return run, payload
 

@@ -1,0 +1,39 @@
+"""A real embedded head for this package's tests, reached over Ray Client like any remote cluster."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+import raynb
+from raynb import local
+
+
+def alive_train_workers(dashboard_url: str) -> list[object]:
+    from ray.util.state import list_actors
+
+    return list_actors(address=dashboard_url, filters=[("class_name", "=", "RayTrainWorker"), ("state", "=", "ALIVE")],
+                       raise_on_missing_output=False)
+
+
+@pytest.fixture(scope="package")
+def cluster() -> Iterator[raynb.Cluster]:
+    c = raynb.up(local=True, progress=print)
+    yield c
+    head = c.head
+    c.down()
+    deadline = time.monotonic() + 10
+    while local.processes_of(head) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert local.processes_of(head) == [], "raynb left Ray processes behind"
+
+
+@pytest.fixture(scope="package")
+def ip(cluster: raynb.Cluster):  # noqa: ANN201
+    from IPython.testing.globalipapp import start_ipython
+
+    shell = start_ipython()
+    shell.run_line_magic("load_ext", "raynb")
+    return shell

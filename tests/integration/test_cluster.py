@@ -1,0 +1,149 @@
+"""The embedded cluster: reuse, status, dashboard, resource preflight, and the Ray token-auth trap."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+import raynb
+from raynb import local
+from raynb.errors import InsufficientResourcesError
+
+
+def test_every_head_socket_listens_on_loopback_only(cluster: raynb.Cluster) -> None:
+    assert cluster.address.startswith("ray://127.0.0.1:")
+    with urllib.request.urlopen(cluster.dashboard_url + "/api/version", timeout=5) as r:
+        assert "ray_version" in json.loads(r.read())
+    head_pids = set(local.processes_of(cluster.head))
+    out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True).stdout
+    ours = []
+    for ln in out.splitlines():
+        pids = {int(p) for p in re.findall(r"pid=(\d+)", ln)}
+        if pids & head_pids:
+            ours.append(ln.split()[3])
+    client = f"{cluster.head.ports['client_port']}"
+    assert any(a.endswith(":" + client) for a in ours), ours
+    assert ours and all(a.startswith(("127.0.0.1:", "[::ffff:127.0.0.1]:")) for a in ours), ours
+
+
+def test_second_up_reuses_the_running_head(cluster: raynb.Cluster) -> None:
+    again = local.start_head()
+    assert again.reused and again.ports == cluster.head.ports
+
+
+def test_status_and_dashboard_magics(cluster: raynb.Cluster, ip) -> None:  # noqa: ANN001
+    st = ip.run_line_magic("raycluster", "status")
+    assert st.cpus == cluster.head.num_cpus and len(st.nodes) == 1 and st.nodes[0].is_head
+    assert "dashboard http://127.0.0.1:" in st.text() and "<table" in st.html()
+    link = ip.run_line_magic("raycluster", "dashboard")
+    assert cluster.dashboard_url in link.data
+
+
+def test_more_workers_than_cpus_fails_before_waiting(cluster: raynb.Cluster, ip) -> None:  # noqa: ANN001
+    t0 = time.monotonic()
+    with pytest.raises(InsufficientResourcesError) as ei:
+        ip.run_cell_magic("raytrain", "--workers 64", "pass")
+    assert time.monotonic() - t0 < 5
+    assert "64 workers" in ei.value.message and "--workers" in ei.value.fix
+    with pytest.raises(InsufficientResourcesError, match="GPU"):
+        ip.run_cell_magic("raytrain", "--workers 1 --gpu", "pass")
+
+
+TOKEN_SCRIPT = textwrap.dedent("""
+    import json, os, sys, time
+    from raynb import session
+    from raynb.errors import ConnectError
+    dash, client = sys.argv[1], sys.argv[2]
+    if sys.argv[3] == "imported-first":
+        import ray  # before any token exists: Ray settles on "disabled" for this process
+    out = {}
+    t0 = time.monotonic()
+    try:
+        session.auth_preflight(dash)
+        out["no_token"] = "connected?"
+    except ConnectError as e:
+        out["no_token"] = e.message
+    out["no_token_s"] = time.monotonic() - t0
+    os.makedirs(os.path.expanduser("~/.ray"), exist_ok=True)
+    with open(os.path.expanduser("~/.ray/auth_token"), "w") as f:
+        f.write(os.environ["THE_TOKEN"])
+    if sys.argv[3] == "imported-first":
+        t0 = time.monotonic()
+        try:
+            session.connect(client, dashboard_url=dash, timeout=60)
+            out["late"] = "connected?"
+        except ConnectError as e:
+            out["late"] = e.message
+        out["late_s"] = time.monotonic() - t0
+        print("RESULT " + json.dumps(out))
+        sys.exit(0)
+    t0 = time.monotonic()
+    session.connect(client, dashboard_url=dash, timeout=60)
+    import ray
+    out["connected_s"] = time.monotonic() - t0
+    out["cpus"] = ray.cluster_resources().get("CPU")
+    out["mode"] = os.environ.get("RAY_AUTH_MODE")
+    ray.shutdown()
+    print("RESULT " + json.dumps(out))
+""")
+
+
+def test_token_auth_head_is_detected_instead_of_hanging(tmp_path: Path) -> None:
+    """The trap: a head in token mode, a kernel that does not know. raynb asks the dashboard first."""
+    token = "raynb-test-token-" + os.urandom(8).hex()
+    token_file = tmp_path / "head-token"
+    token_file.write_text(token)
+    ports = local._free_ports(3)
+    env_head = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_file)}
+    ray_bin = str(Path(sys.executable).with_name("ray"))
+    temp = f"/tmp/raynb-tok-{os.getpid()}"
+    subprocess.run([ray_bin, "start", "--head", f"--port={ports[0]}", f"--ray-client-server-port={ports[1]}",
+                    f"--dashboard-port={ports[2]}", "--dashboard-host=127.0.0.1", "--node-ip-address=127.0.0.1",
+                    "--num-cpus=1", f"--temp-dir={temp}", "--disable-usage-stats"],
+                   env=env_head, check=True, capture_output=True, timeout=120)
+    try:
+        home = tmp_path / "home"
+        home.mkdir()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+        env.update(HOME=str(home), THE_TOKEN=token)
+        results = {}
+        for case in ("fresh", "imported-first"):
+            p = subprocess.run([sys.executable, "-c", TOKEN_SCRIPT, f"http://127.0.0.1:{ports[2]}",
+                                f"ray://127.0.0.1:{ports[1]}", case], env=env, capture_output=True, text=True,
+                               timeout=180)
+            line = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
+            assert line, p.stdout[-2000:] + p.stderr[-3000:]
+            results[case] = json.loads(line[0][7:])
+        out = results["fresh"]
+        assert "requires token authentication" in out["no_token"] and "~/.ray/auth_token" in out["no_token"]
+        assert out["no_token_s"] < 5  # not the 30 s hang
+        assert out["mode"] == "token" and out["cpus"] == 1.0 and out["connected_s"] < 30
+        late = results["imported-first"]
+        assert "RAY_AUTH_MODE=token" in late["late"] and "restart the kernel" in late["late"]
+        assert late["late_s"] < 5
+    finally:
+        _stop_head_at(temp)
+
+
+def _stop_head_at(temp: str) -> None:
+    """Stop only the head that uses ``temp`` (never `ray stop`: it would kill the package's head too)."""
+    import signal
+
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if temp.encode() in (entry / "cmdline").read_bytes():
+                    os.kill(int(entry.name), signal.SIGKILL)
+            except OSError:
+                pass
+    # gcs_server and raylet name the session dir under temp in their arguments; the rest die with them
+    time.sleep(1)

@@ -1,0 +1,154 @@
+"""%%raytrain / raynb.train on a real local head over Ray Client, CPU workers with gloo."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import raynb
+from raynb.config import resolve
+from raynb.errors import CaptureError, RunAborted, TrainingFailedError
+from raynb.train import active_run, start_run
+
+from .conftest import alive_train_workers
+
+TRAIN_CELL = """
+import time
+import torch
+import ray.train.torch
+import raynb
+torch.manual_seed(0)
+X = torch.randn(512, 8)
+Y = X @ torch.arange(1.0, 9.0).unsqueeze(1)
+model = ray.train.torch.prepare_model(torch.nn.Linear(8, 1))
+opt = torch.optim.SGD(model.parameters(), lr=config["lr"])
+for step in range(config["steps"]):
+    loss = torch.nn.functional.mse_loss(model(X), Y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    raynb.report(loss=loss, samples=len(X))
+    time.sleep(config.get("sleep", 0.0))
+"""
+
+
+def test_metrics_from_both_ranks_arrive_while_running(cluster: raynb.Cluster) -> None:
+    from raynb.cell import compile_cell
+
+    fn = compile_cell(TRAIN_CELL, {"__name__": "__main__"})
+    settings = resolve({"workers": 2, "cpus_per_worker": 1})
+    run, _ = start_run(fn, settings, config={"lr": 0.02, "steps": 60, "sleep": 0.1}, name="live-test")
+    seen_live: set[int] = set()
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and run.status not in ("succeeded", "failed", "aborted"):
+        if not run._done.is_set():
+            seen_live |= {r["rank"] for r in run.stream.records}
+        if seen_live == {0, 1}:
+            break
+        time.sleep(0.1)
+    assert seen_live == {0, 1}, "metrics from both ranks must reach the notebook while the run goes"
+    assert not run._done.is_set()
+    run._wait()
+    assert run.status == "succeeded" and run.error is None
+    df = run.metrics
+    assert list(df.columns[:3]) == ["rank", "step", "time"] and {"loss", "samples"} <= set(df.columns)
+    assert sorted(df["rank"].unique()) == [0, 1]
+    assert df.groupby("rank")["step"].max().tolist() == [60, 60]
+    for _, g in df.groupby("rank"):
+        losses = g.sort_values("step")["loss"].tolist()
+        assert losses[-1] < losses[0] * 0.2, "loss must fall"
+    assert run.result["path"].endswith("live-test")
+    assert run.first_step_at is not None and run.elapsed > 0
+
+
+def test_failing_rank_gives_one_clear_error_with_cell_line_numbers(ip) -> None:  # noqa: ANN001
+    cell = (
+        "import ray.train\n"                                  # cell line 2
+        "rank = ray.train.get_context().get_world_rank()\n"   # line 3
+        "if rank == 1:\n"                                      # line 4
+        "    raise ValueError(f'bad shard on rank {rank}')\n"  # line 5
+    )
+    result = ip.run_cell(f"%%raytrain --workers 2 --name fail-test --out failed_run\n{cell}")
+    err = result.error_in_exec
+    assert isinstance(err, TrainingFailedError)
+    text = err.message
+    assert text.startswith("Rank 1 of 2 failed with ValueError: bad shard on rank 1")
+    assert "cell line 5, in train_loop_per_worker" in text
+    assert "raise ValueError(f'bad shard on rank {rank}')" in text
+    assert "raynb/worker.py" not in text  # the wrapper is not the user's business
+    run = ip.user_ns["failed_run"]
+    assert run.status == "failed" and run.error.ranks == [1] and run.error.type == "ValueError"
+
+
+def test_interrupt_aborts_the_run_and_stops_workers(ip, cluster: raynb.Cluster) -> None:  # noqa: ANN001
+    ip.user_ns["SLOW"] = 0.25
+
+    def interrupt_at_step_3() -> None:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            run = active_run()
+            if run is not None and run.step >= 3:
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+            time.sleep(0.05)
+
+    threading.Thread(target=interrupt_at_step_3, daemon=True).start()
+    cell = TRAIN_CELL.replace('time.sleep(config.get("sleep", 0.0))', "time.sleep(SLOW)")
+    result = ip.run_cell('%%raytrain --workers 2 --config {"lr": 0.01, "steps": 1000} --out aborted_run\n' + cell)
+    t_abort = time.monotonic()
+    err = result.error_in_exec
+    assert isinstance(err, RunAborted), repr(err)
+    assert "aborted at step" in err.message
+    run = ip.user_ns["aborted_run"]
+    assert run.status == "aborted" and run.aborted_at_step >= 3
+    while alive_train_workers(cluster.dashboard_url) and time.monotonic() - t_abort < 5:
+        time.sleep(0.2)
+    assert alive_train_workers(cluster.dashboard_url) == [], "workers must be gone within 5 s"
+    assert ip.run_cell("40 + 2").result == 42  # the kernel stays usable
+
+
+def test_unpicklable_global_is_named(ip) -> None:  # noqa: ANN001
+    ip.run_cell("import threading\nshared_lock = threading.Lock()")
+    with pytest.raises(CaptureError) as ei:
+        ip.run_cell_magic("raytrain", "--workers 2", "with shared_lock:\n    pass")
+    assert "`shared_lock`" in ei.value.message
+
+
+def test_syntax_error_points_at_the_cell_line(ip) -> None:  # noqa: ANN001
+    result = ip.run_cell("%%raytrain --workers 2\nx = 1\nfor i in range(3)\n    pass")
+    assert "line 3" in result.error_in_exec.message
+
+
+def test_globals_config_local_module_and_plain_ray_train_report(ip, tmp_path: Path) -> None:  # noqa: ANN001
+    """Notebook globals, --config, a module beside the notebook, and ray.train.report without the ~2 s stall."""
+    (tmp_path / "nb_helpers.py").write_text("def scale(x):\n    return 10 * x\n")
+    old = os.getcwd()
+    os.chdir(tmp_path)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        ip.run_cell("import nb_helpers\nOFFSET = 5")
+        cell = (
+            "import time, ray.train\n"
+            "for i in range(config['n']):\n"
+            "    t0 = time.perf_counter()\n"
+            "    ray.train.report({'value': nb_helpers.scale(i) + OFFSET, 'cwd_ok': os.path.exists('nb_helpers.py')})\n"
+            "    raynb.report(report_ms=(time.perf_counter() - t0) * 1000)\n"
+        )
+        ip.run_cell("import os, raynb")
+        result = ip.run_cell("%%raytrain --workers 2 --config {'n': 20} --out helper_run\n" + cell)
+        assert result.error_in_exec is None, result.error_in_exec
+        df = ip.user_ns["helper_run"].metrics
+        values = df.dropna(subset=["value"])
+        assert sorted(values[values["rank"] == 0]["value"].tolist()) == [10 * i + 5 for i in range(20)]
+        assert values["cwd_ok"].all()
+        assert df["report_ms"].dropna().median() < 50, "ray.train.report must not block a worker ~2 s per call"
+    finally:
+        os.chdir(old)
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("nb_helpers", None)
