@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 import urllib.error
@@ -31,6 +32,33 @@ WORKER_ENV_DEFAULTS: dict[str, str] = {
 
 def worker_env_defaults() -> dict[str, str]:
     return dict(WORKER_ENV_DEFAULTS)
+
+
+#: Lines Ray itself logs on every run that say nothing to a notebook user (Ray 2.58). User prints are untouched.
+KNOWN_NOISE = (
+    re.compile(r"Actor with class name: 'PreemptionWatcher' and ID: '\w+' has constructor arguments"),
+    re.compile(r"SIGTERM handler is not set because current thread is not the main thread"),
+)
+
+
+def _filter_known_noise() -> None:
+    """Drop :data:`KNOWN_NOISE` from the worker logs Ray Client streams into the notebook.
+
+    Ray's ``LogstreamClient.stdstream`` is documented as the override point for where client logs go.
+    """
+    try:
+        from ray.util.client import ray as client_ray
+
+        log_client = client_ray.get_context().client_worker.log_client
+    except Exception:  # noqa: BLE001 - not a client connection, or Ray moved things: keep Ray's own printing
+        return
+    original = log_client.stdstream
+
+    def stdstream(level: int, msg: str) -> None:
+        if not any(p.search(msg) for p in KNOWN_NOISE):
+            original(level, msg)
+
+    log_client.stdstream = stdstream
 
 
 def is_connected() -> bool:
@@ -136,14 +164,16 @@ def connect(
         try:
             ray.init(address, runtime_env=runtime_env or None, namespace="raynb", logging_level="WARNING",
                      log_to_driver=True)
-            say(f"connected to {address}" + (f" (attempt {attempt})" if attempt > 1 else ""))
+            _filter_known_noise()
+            say(f"connected to {address}")
             return
         except (ConnectionError, ConnectionAbortedError, TimeoutError) as e:
             last = e
             if ray.is_initialized():
                 ray.shutdown()
-            say(f"Ray Client connect attempt {attempt} failed ({type(e).__name__}); retrying ...")
-            time.sleep(min(2.0 * attempt, 5.0))
+            if attempt >= 3:  # one or two refusals right after a head starts are normal: say nothing
+                say(f"Ray Client connect attempt {attempt} failed ({type(e).__name__}); retrying ...")
+            time.sleep(min(1.0 * attempt, 5.0))
     raise ConnectError(
         f"Could not connect to the Ray head at {address} within {timeout:.0f} s.",
         saw=f"{type(last).__name__}: {last}" if last else "no answer",

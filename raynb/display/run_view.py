@@ -79,8 +79,9 @@ def run_html(run: Any, *, nccl_html: str = "") -> str:
     vals = s["vals"]
     loss_lines = vals if S.differ(vals) and len(vals) <= 8 else ({"mean over ranks": S.mean_series(vals)}
                                                                   if vals else {})
-    tput = s["tput"]
-    tput_lines = tput if S.differ(tput) and len(tput) <= 8 else ({"all workers": S.total(tput)} if tput else {})
+    tput = {k: S.smooth(v) for k, v in s["tput"].items()}
+    tput_lines = tput if S.differ(tput, 0.15) and len(tput) <= 8 else (
+        {"all workers": S.smooth(S.total(s["tput"]))} if tput else {})
     charts = (
         line_chart(loss_lines, title=s["key"] or "loss", chart_id="loss")
         + line_chart(tput_lines, title="throughput", unit=s["unit"], chart_id="throughput",

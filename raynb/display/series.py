@@ -125,3 +125,18 @@ def latest_throughput(series: Series, window: int = 10) -> float | None:
         return None
     ys = sorted(y for _, y in tot[-window:])
     return ys[len(ys) // 2]
+
+
+def smooth(points: list[tuple[float, float]], window: int | None = None) -> list[tuple[float, float]]:
+    """Trailing rolling mean; the window grows with the run (1 point in 50, between 1 and 50)."""
+    n = len(points)
+    w = window or max(1, min(50, n // 50))
+    if w <= 1:
+        return points
+    out, acc = [], 0.0
+    for i, (x, y) in enumerate(points):
+        acc += y
+        if i >= w:
+            acc -= points[i - w][1]
+        out.append((x, acc / min(i + 1, w)))
+    return out

@@ -39,7 +39,7 @@ def _fmt(v: float) -> str:
     return f"{v:.3g}"
 
 
-def line_chart(series: Series, *, title: str, width: int = 430, height: int = 210, unit: str = "",
+def line_chart(series: Series, *, title: str, width: int = 400, height: int = 200, unit: str = "",
                chart_id: str = "", max_points: int = 300, empty_text: str = "waiting for the first report") -> str:
     """An SVG chart of ``{label: [(x, y), ...]}``; ``data-points`` counts the points it was given (for tests)."""
     npoints = sum(len(v) for v in series.values())

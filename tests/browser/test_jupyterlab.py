@@ -1,0 +1,119 @@
+"""The quickstart in real JupyterLab, driven in Debian's chromium by Playwright: the live chart gains points while
+the run goes, and the final picture stays. Screenshots land in test-artifacts/."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (tests/browser/install-chromium.sh)"),
+]
+CHROME_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+               "--disable-component-update", "--disable-sync"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Iterator[str]:
+    nb = nbformat.read(ROOT / "notebooks" / "quickstart.ipynb", as_version=4)
+    params = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    params.source = params.source.replace("STEPS = 150", "STEPS = 2500")  # long enough to watch it grow
+    nbformat.write(nb, tmp_path / "quickstart.ipynb")
+    settings = tmp_path / "lab-settings" / "@jupyterlab" / "notebook-extension"
+    settings.mkdir(parents=True)
+    (settings / "tracker.jupyterlab-settings").write_text(json.dumps({"windowingMode": "none"}))
+    port = _free_port()
+    env = {**os.environ, "RAYNB_HOME": str(tmp_path / "raynb-home"),
+           "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "lab-settings"), "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt")}
+    log = open(tmp_path / "lab.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}", "--ServerApp.ip=127.0.0.1",
+         "--IdentityProvider.token=", "--ServerApp.password=", f"--ServerApp.root_dir={tmp_path}",
+         "--ServerApp.disable_check_xsrf=True", *(["--allow-root"] if os.getuid() == 0 else [])], env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            urllib.request.urlopen(url + "/lab", timeout=2)
+            break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail("JupyterLab did not start:\n" + (tmp_path / "lab.log").read_text()[-3000:])
+    yield url
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def _runs(page) -> list[dict]:  # noqa: ANN001
+    return page.eval_on_selector_all(
+        ".raynb-run",
+        """els => els.map(e => ({name: e.dataset.run, status: e.dataset.status, step: +e.dataset.step,
+                                 points: +((e.querySelector('svg[data-chart=loss]') || {dataset: {}}).dataset.points
+                                           || 0)}))""")
+
+
+def test_live_chart_grows_in_jupyterlab(lab: str, artifacts: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROME_ARGS, headless=True)
+        page = browser.new_page(viewport={"width": 1300, "height": 1000})
+        page.goto(f"{lab}/lab/tree/quickstart.ipynb")
+        page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
+        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=90_000)
+        page.get_by_role("menuitem", name="Run", exact=True).click()
+        page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+
+        seen: list[tuple[str, int]] = []  # (status, loss points) of the first run while it goes
+        shots = 0
+        deadline = time.monotonic() + 480
+        while time.monotonic() < deadline:
+            runs = _runs(page)
+            if runs:
+                first = runs[0]
+                seen.append((first["status"], first["points"]))
+                if first["status"] == "running" and first["points"] > 0 and shots < 2:
+                    # the run's output node is replaced on each redraw; its cell is stable
+                    cell = page.locator(".jp-Cell:has(.raynb-run)").first
+                    cell.scroll_into_view_if_needed()
+                    cell.screenshot(path=str(artifacts / f"jupyterlab-live-{shots}.png"))
+                    shots += 1
+                    time.sleep(2)
+                if first["status"] in ("succeeded", "failed", "aborted"):
+                    break
+            time.sleep(0.25)
+        running_points = [pts for status, pts in seen if status == "running" and pts > 0]
+        assert len(set(running_points)) >= 2 and running_points == sorted(running_points), seen[-20:]
+        final = _runs(page)[0]
+        assert final["status"] == "succeeded" and final["step"] == 2500 and final["points"] == 5000, final
+        cell = page.locator(".jp-Cell:has(.raynb-run)").first
+        cell.scroll_into_view_if_needed()
+        cell.screenshot(path=str(artifacts / "jupyterlab-final.png"))
+        assert cell.locator("svg[data-chart=loss] polyline").count() >= 1
+        page.screenshot(path=str(artifacts / "jupyterlab-page.png"), full_page=False)
+        browser.close()
