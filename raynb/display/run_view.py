@@ -7,6 +7,7 @@ import html
 from typing import Any
 
 from . import series as S
+from .aggregate import aggregate_of
 from .svg import line_chart
 
 __all__ = ["run_html", "run_text", "primary_metric"]
@@ -49,12 +50,15 @@ def _fmt_num(v: float | None) -> str:
 
 
 def _summary(run: Any) -> dict[str, Any]:
-    recs = run.records
-    key = primary_metric(recs)
-    vals = S.metric_series(recs, key) if key else {}
-    last = S.mean_series(vals)[-1][1] if vals else None
-    unit, tput = S.throughput_series(recs)
-    return {"key": key, "vals": vals, "last": last, "unit": unit, "tput": tput, "rate": S.latest_throughput(tput)}
+    agg = aggregate_of(run)
+    mean = agg.metric_mean()
+    total = agg.tput_total()
+    rate = None
+    if total:
+        ys = sorted(y for _, y in total[-10:])
+        rate = ys[len(ys) // 2]  # median of the last 10 complete steps: robust to one slow step
+    return {"key": agg.key, "agg": agg, "mean": mean, "last": mean[-1][1] if mean else None, "unit": agg.unit,
+            "total": total, "rate": rate}
 
 
 def run_text(run: Any) -> str:
@@ -76,12 +80,13 @@ def run_html(run: Any, *, nccl_html: str = "") -> str:
     s = _summary(run)
     phase = run.phase
     color = _PHASE_COLORS.get(phase, "#6c757d")
-    vals = s["vals"]
-    loss_lines = vals if S.differ(vals) and len(vals) <= 8 else ({"mean over ranks": S.mean_series(vals)}
-                                                                  if vals else {})
-    tput = {k: S.smooth(v) for k, v in s["tput"].items()}
-    tput_lines = tput if S.differ(tput, 0.15) and len(tput) <= 8 else (
-        {"all workers": S.smooth(S.total(s["tput"]))} if tput else {})
+    agg = s["agg"]
+    few_ranks = len(agg.metric) <= 8
+    vals = agg.metric_series() if few_ranks else {}
+    loss_lines = vals if few_ranks and S.differ(vals) else ({"mean over ranks": s["mean"]} if s["mean"] else {})
+    tput = {k: S.smooth(v) for k, v in agg.tput_series().items()} if len(agg.tput) <= 8 else {}
+    tput_lines = tput if tput and S.differ(tput, 0.15) else (
+        {"all workers": S.smooth(s["total"])} if s["total"] else {})
     charts = (
         line_chart(loss_lines, title=s["key"] or "loss", chart_id="loss")
         + line_chart(tput_lines, title="throughput", unit=s["unit"], chart_id="throughput",

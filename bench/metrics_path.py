@@ -1,0 +1,211 @@
+"""Benchmark raynb's metrics path on the embedded cluster; prints one JSON object.
+
+  python bench/metrics_path.py [--scale-seconds 60] [--ranks 512] [--rate 10]
+
+- report_cost: worker-side cost of raynb.report() (target p50 <= 1 ms), next to bare Ray Train's
+  ray.train.report() per call, measured in the same run inside a real TorchTrainer with Ray's defaults.
+- latency: worker -> notebook, record time to arrival in the driver (target p95 <= 250 ms).
+- scale: simulated ranks x reports/s for N seconds into one notebook (a MetricStream and a live view redrawing at
+  4 Hz), with the lag in the first and the last 10 s (target: no growth).
+Numbers are machine-dependent: quote the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import ray  # noqa: E402
+
+import raynb  # noqa: E402
+from raynb import metrics  # noqa: E402
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q / 100 * len(xs)))] if xs else float("nan")
+
+
+@ray.remote(num_cpus=0)
+class ReportingWorker:
+    """Stands in for a training worker: a Ray worker process with a Reporter, like run_on_worker sets up."""
+
+    def cost(self, sink: Any, n: int) -> list[float]:
+        rep = metrics.Reporter(sink, 0)
+        metrics._set_reporter(rep)
+        out = []
+        for i in range(n):
+            t0 = time.perf_counter()
+            metrics.report(loss=1.0 / (i + 1), samples=32)
+            out.append((time.perf_counter() - t0) * 1e6)
+        rep.close()
+        return out
+
+    def steady(self, sink: Any, seconds: float, hz: float) -> int:
+        rep = metrics.Reporter(sink, 0)
+        metrics._set_reporter(rep)
+        n, t_end = 0, time.time() + seconds
+        while time.time() < t_end:
+            metrics.report(loss=1.0, samples=32)
+            n += 1
+            time.sleep(1 / hz)
+        rep.close()
+        return n
+
+    def simulate(self, sink: Any, ranks: list[int], seconds: float, rate: float) -> int:
+        """Many logical ranks in one process, each reporting ``rate`` times a second through one flusher."""
+        rep = metrics.Reporter(sink, ranks[0], flush_interval=0.05)
+        steps = dict.fromkeys(ranks, 0)
+        n, t0 = 0, time.time()
+        tick = 1.0 / rate
+        k = 0
+        while time.time() - t0 < seconds:
+            k += 1
+            for r in ranks:
+                steps[r] += 1
+                rep.add({"loss": 1.0 / steps[r], "samples": 32, "step": steps[r]}, rank=r)
+                n += 1
+            delay = t0 + k * tick - time.time()
+            if delay > 0:
+                time.sleep(delay)
+        rep.close(timeout=30)
+        return n
+
+
+def bare_train_report_ms(calls: int = 4) -> list[float]:
+    """Per-call time of ray.train.report() inside a bare TorchTrainer with Ray's default settings."""
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    @ray.remote(num_cpus=0)
+    class Collector:
+        def __init__(self) -> None:
+            self.v: list[float] = []
+
+        def add(self, v: list[float]) -> None:
+            self.v.extend(v)
+
+        def get(self) -> list[float]:
+            return self.v
+
+    col = Collector.remote()
+
+    def loop(config: dict) -> None:
+        import ray.train as rt
+
+        out = []
+        for i in range(config["calls"]):
+            t0 = time.perf_counter()
+            rt.report({"loss": 1.0 / (i + 1)})
+            out.append((time.perf_counter() - t0) * 1e3)
+        ray.get(config["col"].add.remote(out))
+
+    @ray.remote(num_cpus=0)
+    def fit() -> None:
+        TorchTrainer(loop, train_loop_config={"calls": calls, "col": col},
+                     scaling_config=ScalingConfig(num_workers=2),
+                     run_config=RunConfig(name=f"bench-bare-report-{int(time.time())}")).fit()
+
+    ray.get(fit.remote())
+    return ray.get(col.get.remote())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--scale-seconds", type=float, default=60)
+    ap.add_argument("--ranks", type=int, default=512)
+    ap.add_argument("--rate", type=float, default=10)
+    ap.add_argument("--processes", type=int, default=8, help="processes hosting the simulated ranks")
+    args = ap.parse_args()
+    raynb.up(local=True, progress=lambda m: print(m, file=sys.stderr))
+    out: dict[str, Any] = {"ray": ray.__version__}
+
+    # 1. worker-side cost of report()
+    sink = metrics.sink_actor()
+    stream = metrics.MetricStream(sink).start()
+    w = ReportingWorker.remote()
+    cost_us = ray.get(w.cost.remote(sink, 20_000))
+    bare_ms = bare_train_report_ms()
+    out["report_cost"] = {
+        "raynb_p50_us": statistics.median(cost_us), "raynb_p99_us": pct(cost_us, 99), "calls": len(cost_us),
+        "bare_ray_train_report_p50_ms": statistics.median(bare_ms), "bare_calls": len(bare_ms),
+        "ratio_bare_over_raynb": statistics.median(bare_ms) * 1000 / statistics.median(cost_us),
+        "target_p50_us": 1000,
+    }
+    stream.stop()
+    time.sleep(0.5)
+
+    # 2. latency worker -> notebook at a steady 20 reports/s (sink up first, as in a run: Train takes longer to start)
+    sink = metrics.sink_actor()
+    ray.get(sink.drain.remote(0, 0, 0.0))
+    stream = metrics.MetricStream(sink).start()
+    n = ray.get(w.steady.remote(sink, 10.0, 20.0))
+    stream.stop()
+    lat = [(a - r["time"]) * 1000 for r, a in zip(stream.records, stream.arrivals, strict=True)]
+    out["latency_ms"] = {"p50": statistics.median(lat), "p95": pct(lat, 95), "max": max(lat), "records": len(lat),
+                         "sent": n, "target_p95": 250}
+
+    # 3. scale: ranks x rate for scale-seconds into one notebook, with a live view redrawing
+    from types import SimpleNamespace
+
+    from raynb.display import LiveView
+
+    sink = metrics.sink_actor()
+    ray.get(sink.drain.remote(0, 0, 0.0))
+    stream = metrics.MetricStream(sink).start()
+    fake_run = SimpleNamespace(name="scale", status="running", phase="running", events=[], error=None,
+                               spec=SimpleNamespace(workers=args.ranks, gpu=False), elapsed=0.0)
+    fake_run.records = stream.records
+    fake_run.step = 0
+
+    class Handle:
+        def update(self, obj: Any) -> None:
+            obj._repr_mimebundle_()
+
+    view = LiveView(fake_run, mode="html", hz=4)
+    view._handle = Handle()
+    per = args.ranks // args.processes
+    sims = [ReportingWorker.remote() for _ in range(args.processes)]
+    ray.get([s.steady.remote(sink, 0.0, 1.0) for s in sims])  # all processes up before the clock starts
+    while stream.records:
+        stream.records.pop()
+        stream.arrivals.pop()
+    t0 = time.time()
+    refs = [s.simulate.remote(sink, list(range(i * per, (i + 1) * per)), args.scale_seconds, args.rate)
+            for i, s in enumerate(sims)]
+    render_ms: list[float] = []
+    while len(ray.wait(refs, num_returns=len(refs), timeout=0.25)[0]) < len(refs):
+        fake_run.elapsed = time.time() - t0
+        t_r = time.perf_counter()
+        view.refresh(force=True)
+        render_ms.append((time.perf_counter() - t_r) * 1000)
+    sent = sum(ray.get(refs))
+    deadline = time.time() + 30
+    while len(stream.records) < sent and time.time() < deadline:
+        time.sleep(0.2)
+    stream.stop()
+    recs, arr = stream.records, stream.arrivals
+    start = min(r["time"] for r in recs)
+    lags = [((r["time"] - start), (a - r["time"]) * 1000) for r, a in zip(recs, arr, strict=True)]
+    first = [lg for t, lg in lags if t < 10]
+    last = [lg for t, lg in lags if t > max(t for t, _ in lags) - 10]
+    out["scale"] = {
+        "ranks": args.ranks, "reports_per_s_per_rank": args.rate, "seconds": args.scale_seconds,
+        "processes": args.processes, "sent": sent, "received": len(recs),
+        "lag_p95_first_10s_ms": pct(first, 95), "lag_p95_last_10s_ms": pct(last, 95),
+        "lag_growth_ratio_last_over_first": pct(last, 95) / max(pct(first, 95), 1e-9),
+        "live_view_render_p50_ms": statistics.median(render_ms), "live_view_render_p95_ms": pct(render_ms, 95),
+        "redraws": len(render_ms),
+    }
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""raynb's cost around a training function vs a bare TorchTrainer.fit() of the same function; prints JSON.
+
+  python bench/train_overhead.py [--rounds 3] [--steps 400]
+
+Both run on the same embedded cluster, over the same Ray Client connection, alternating (bare, raynb) per round.
+- start_to_first_step_s: from the call (cell start) to the end of the first training step on rank 0.
+  Target: raynb <= bare + 1 s.
+- steps_per_s: steady state, after 20 warm-up steps. Target: raynb / bare >= 0.98.
+raynb's run reports loss and samples every step (what a user does); the bare run reports nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import ray  # noqa: E402
+
+import raynb  # noqa: E402
+
+WARMUP = 20
+
+
+@ray.remote(num_cpus=0)
+class Timings:
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+
+    def put(self, row: dict[str, Any]) -> None:
+        self.rows.append(row)
+
+    def take(self) -> list[dict[str, Any]]:
+        rows, self.rows = self.rows, []
+        return rows
+
+
+def train_fn(config: dict[str, Any]) -> None:
+    import time
+
+    import ray
+    import ray.train
+    import ray.train.torch
+    import torch
+
+    import raynb
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = ray.train.torch.prepare_model(torch.nn.Sequential(
+        torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512), torch.nn.ReLU(),
+        torch.nn.Linear(512, 10)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(128, 256), torch.randint(0, 10, (128,))
+    t_first = t_warm = 0.0
+    for step in range(config["steps"]):
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if config["report"]:
+            raynb.report(loss=loss, samples=len(x))
+        if step == 0:
+            t_first = time.time()
+        if step == config["warmup"] - 1:
+            t_warm = time.time()
+    t_end = time.time()
+    if ray.train.get_context().get_world_rank() == 0:
+        ray.get(ray.get_actor("bench-timings", namespace="raynb").put.remote(
+            {"t_first": t_first, "steps_per_s": (config["steps"] - config["warmup"]) / (t_end - t_warm)}))
+
+
+def bare(steps: int) -> dict[str, float]:
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    t0 = time.time()
+    TorchTrainer(train_fn, train_loop_config={"steps": steps, "warmup": WARMUP, "report": False},
+                 scaling_config=ScalingConfig(num_workers=2),
+                 run_config=RunConfig(name=f"bench-bare-{int(t0)}")).fit()
+    return {"t0": t0}
+
+
+def with_raynb(steps: int) -> dict[str, float]:
+    t0 = time.time()
+    run = raynb.train(train_fn, workers=2, config={"steps": steps, "warmup": WARMUP, "report": True}, display=False,
+                      name=f"bench-raynb-{int(t0)}")
+    run.raise_for_status()
+    return {"t0": t0}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=400)
+    args = ap.parse_args()
+    raynb.up(local=True, progress=lambda m: print(m, file=sys.stderr))
+    timings = Timings.options(name="bench-timings", namespace="raynb", get_if_exists=True).remote()
+    rows: dict[str, list[dict[str, float]]] = {"bare": [], "raynb": []}
+    for _ in range(args.rounds):
+        for mode, fn in (("bare", bare), ("raynb", with_raynb)):
+            start = fn(args.steps)
+            (row,) = ray.get(timings.take.remote())
+            rows[mode].append({"start_to_first_step_s": row["t_first"] - start["t0"],
+                               "steps_per_s": row["steps_per_s"]})
+
+    def med(mode: str, key: str) -> float:
+        return statistics.median(r[key] for r in rows[mode])
+
+    out = {
+        "ray": ray.__version__, "workers": 2, "rounds": args.rounds, "steps": args.steps, "raw": rows,
+        "start_to_first_step_s": {"bare": med("bare", "start_to_first_step_s"),
+                                  "raynb": med("raynb", "start_to_first_step_s"),
+                                  "raynb_minus_bare": med("raynb", "start_to_first_step_s")
+                                  - med("bare", "start_to_first_step_s"), "target_max_extra_s": 1.0},
+        "steps_per_s": {"bare": med("bare", "steps_per_s"), "raynb": med("raynb", "steps_per_s"),
+                        "ratio_raynb_over_bare": med("raynb", "steps_per_s") / med("bare", "steps_per_s"),
+                        "target_min_ratio": 0.98},
+    }
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
