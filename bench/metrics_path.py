@@ -194,8 +194,9 @@ def main() -> None:
     recs, arr = stream.records, stream.arrivals
     start = min(r["time"] for r in recs)
     lags = [((r["time"] - start), (a - r["time"]) * 1000) for r, a in zip(recs, arr, strict=True)]
+    end = max(t for t, _ in lags)
     first = [lg for t, lg in lags if t < 10]
-    last = [lg for t, lg in lags if t > max(t for t, _ in lags) - 10]
+    last = [lg for t, lg in lags if t > end - 10]
     out["scale"] = {
         "ranks": args.ranks, "reports_per_s_per_rank": args.rate, "seconds": args.scale_seconds,
         "processes": args.processes, "sent": sent, "received": len(recs),

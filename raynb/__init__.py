@@ -14,7 +14,8 @@ from .metrics import report
 
 __version__ = "0.1.0"
 __all__ = [
-    "up", "down", "current", "train", "report", "Cluster", "Run", "RaynbError", "load_ipython_extension",
+    "up", "down", "current", "train", "report", "doctor", "bench", "Cluster", "Run", "RaynbError",
+    "load_ipython_extension",
     "unload_ipython_extension", "__version__",
 ]
 
@@ -25,6 +26,8 @@ _LAZY = {
     "Cluster": ("cluster", "Cluster"),
     "train": ("train", "train"),
     "Run": ("train", "Run"),
+    "doctor": ("doctor", "doctor"),
+    "bench": ("probe", "bench"),
 }
 
 

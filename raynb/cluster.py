@@ -218,7 +218,7 @@ def up(
             fix="use raynb.up(local=True) / %raycluster up --local.")
     say = progress or print
     head = local.start_head(num_cpus=settings.local_num_cpus, num_gpus=settings.local_num_gpus,
-                            timeout=settings.start_timeout_s, progress=say)
+                            timeout=settings.start_timeout_s, progress=say, dashboard=settings.local_dashboard)
     if head.reused:
         say(f"reusing the embedded Ray head at {head.client_address}")
     c = Cluster(kind="local", name="local", address=head.client_address, dashboard_url=head.dashboard_url,

@@ -25,6 +25,8 @@ class Settings:
     #: CPUs/GPUs the embedded head offers (None: what the machine has).
     local_num_cpus: int | None = None
     local_num_gpus: int | None = None
+    #: Start the embedded head with Ray's dashboard (needs ray[default]).
+    local_dashboard: bool = True
     start_timeout_s: float = 120.0
     connect_timeout_s: float = 60.0
     #: How often Ray Train's controller polls workers; bounds how long a checkpointing ray.train.report() blocks.

@@ -54,6 +54,7 @@ class LocalHead:
     ray_version: str
     python: str
     started_at: float
+    dashboard: bool = True
     reused: bool = field(default=False, compare=False)
 
     @property
@@ -65,8 +66,8 @@ class LocalHead:
         return f"{HOST}:{self.ports['gcs_port']}"
 
     @property
-    def dashboard_url(self) -> str:
-        return f"http://{HOST}:{self.ports['dashboard_port']}"
+    def dashboard_url(self) -> str | None:
+        return f"http://{HOST}:{self.ports['dashboard_port']}" if self.dashboard else None
 
     def alive(self) -> bool:
         return _pid_alive(self.supervisor_pid) and _port_open(self.ports["client_port"])
@@ -174,7 +175,8 @@ def _ray_start_command(head: LocalHead) -> list[str]:
     return [
         *_ray_executable(), "start", "--head", "--block", "--disable-usage-stats",
         f"--node-ip-address={HOST}", f"--port={p['gcs_port']}", f"--ray-client-server-port={p['client_port']}",
-        "--include-dashboard=true", f"--dashboard-host={HOST}", f"--dashboard-port={p['dashboard_port']}",
+        f"--include-dashboard={'true' if head.dashboard else 'false'}", f"--dashboard-host={HOST}",
+        f"--dashboard-port={p['dashboard_port']}",
         f"--dashboard-agent-listen-port={p['agent_listen_port']}", f"--dashboard-agent-grpc-port={p['agent_grpc_port']}",
         f"--runtime-env-agent-port={p['runtime_env_agent_port']}", f"--metrics-export-port={p['metrics_export_port']}",
         f"--node-manager-port={p['node_manager_port']}", f"--object-manager-port={p['object_manager_port']}",
@@ -199,6 +201,7 @@ def start_head(
     num_gpus: int | None = None,
     timeout: float = 90.0,
     progress: Callable[[str], None] | None = None,
+    dashboard: bool = True,
 ) -> LocalHead:
     """Reuse the running embedded head, or start one and wait until Ray Client and the dashboard answer."""
     from importlib.metadata import version
@@ -228,6 +231,7 @@ def start_head(
             ray_version=version("ray"),
             python=".".join(map(str, sys.version_info[:2])),
             started_at=time.time(),
+            dashboard=dashboard,
         )
         add_owner()
         spec = d / "spec.json"
@@ -268,6 +272,8 @@ def start_head(
 
 
 def _dashboard_ready(head: LocalHead) -> bool:
+    if not head.dashboard:
+        return True
     try:
         with urllib.request.urlopen(f"{head.dashboard_url}/api/version", timeout=1) as r:
             return r.status == 200

@@ -30,6 +30,7 @@ class RayNB(Configurable):
     cpus_per_worker = Float(None, allow_none=True, help="CPUs each worker reserves.").tag(config=True)
     local_num_cpus = Integer(None, allow_none=True, help="CPUs the embedded head offers.").tag(config=True)
     local_num_gpus = Integer(None, allow_none=True, help="GPUs the embedded head offers.").tag(config=True)
+    local_dashboard = Bool(None, allow_none=True, help="Start the embedded head with Ray's dashboard.").tag(config=True)
     start_timeout_s = Float(None, allow_none=True, help="How long `up` waits for the cluster.").tag(config=True)
     connect_timeout_s = Float(None, allow_none=True, help="How long Ray Client connects may retry.").tag(config=True)
     health_check_interval_s = Float(None, allow_none=True, help="Ray Train controller poll interval.").tag(
@@ -79,10 +80,30 @@ def _cluster_parser() -> _Parser:
     upp.add_argument("--num-cpus", type=int)
     upp.add_argument("--num-gpus", type=int)
     upp.add_argument("--timeout", type=float)
+    upp.add_argument("--no-dashboard", action="store_true", default=None, help="start the head without Ray's dashboard")
     sub.add_parser("down", help="stop the cluster and everything it started")
     sub.add_parser("status", help="nodes, CPUs, GPUs, dashboard link")
     sub.add_parser("dashboard", help="the Ray dashboard link")
+    sub.add_parser("doctor", help="preflight checks, each with a fix")
+    b = sub.add_parser("bench", help="all_reduce bus-bandwidth sweep across the workers")
+    b.add_argument("--workers", "-n", type=int)
+    b.add_argument("--gpu", action="store_true", default=None)
+    b.add_argument("--sizes", help="comma-separated sizes, e.g. 1M,64M,1G")
+    b.add_argument("--compare-tcp", action="store_true", help="run again with sockets forced and give the ratio")
     return p
+
+
+def parse_sizes(text: str) -> list[int]:
+    """``1M,64M,1G`` -> bytes (K/M/G are powers of 1024)."""
+    out = []
+    for part in text.split(","):
+        part = part.strip().upper().removesuffix("B").removesuffix("I")
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(part[-1:], 1)
+        try:
+            out.append(int(float(part[:-1] if mult > 1 else part) * mult))
+        except ValueError:
+            raise UsageError(f"%raycluster bench: cannot read size {part!r}", fix="use sizes like 1M,64M,1G") from None
+    return out
 
 
 _CONFIG_FLAG = re.compile(r"(?:^|\s)--config(?:=|\s+)")
@@ -133,7 +154,8 @@ class RayNBMagics(Magics):
         cmd = args.command or "status"
         if cmd == "up":
             settings = self._settings({"local_num_cpus": args.num_cpus, "local_num_gpus": args.num_gpus,
-                                       "start_timeout_s": args.timeout})
+                                       "start_timeout_s": args.timeout,
+                                       "local_dashboard": False if args.no_dashboard else None})
             return C.up(local=True, settings=settings)
         if cmd == "down":
             stopped = C.down()
@@ -145,6 +167,16 @@ class RayNBMagics(Magics):
 
             raise NotConnectedError("This kernel is not connected to a Ray cluster.",
                                     fix="run `%raycluster up --local` first.")
+        if cmd == "doctor":
+            from .doctor import doctor
+
+            return doctor()
+        if cmd == "bench":
+            from .probe import bench
+
+            settings = self._settings({"workers": args.workers, "gpu": args.gpu})
+            return bench(gpu=args.gpu, settings=settings if (args.workers or args.gpu) else None,
+                         sizes=parse_sizes(args.sizes) if args.sizes else None, compare_tcp=args.compare_tcp)
         if cmd == "dashboard":
             from IPython.display import HTML
 

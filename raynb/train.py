@@ -118,6 +118,9 @@ class RunSpec:
     cell_file: str | None = None
     cell_source: str | None = None
     cwd: str | None = None
+    #: a faster network than sockets is expected between nodes (EFA requested): sockets then count as a fallback
+    expect_efa: bool = False
+    gdr_expected: bool | None = None
 
 
 class Run:
@@ -160,6 +163,15 @@ class Run:
         first = ["rank", "step", "time"]
         df = df[first + [c for c in df.columns if c not in first]]
         return df.sort_values(["time", "rank"], kind="stable").reset_index(drop=True)
+
+    @property
+    def nccl(self) -> dict[int, dict[str, Any]]:
+        """The latest NCCL transport summary of each rank (GPU runs; see raynb.nccl for the fields)."""
+        out: dict[int, dict[str, Any]] = {}
+        for e in self.events:
+            if e.get("kind") == "nccl":
+                out[e["rank"]] = {**e["summary"], "node": e.get("node"), "log": e.get("log")}
+        return out
 
     @property
     def step(self) -> int:
@@ -221,7 +233,8 @@ class Run:
         spec = {
             "workers": self.spec.workers, "gpu": self.spec.gpu, "cpus_per_worker": self.spec.cpus_per_worker,
             "name": self.spec.name, "storage_path": self.spec.storage_path, "worker_env": self.spec.worker_env,
-            "worker_info": {"cwd": self.spec.cwd, "fast_train_report": self.settings.fast_train_report},
+            "worker_info": {"cwd": self.spec.cwd, "fast_train_report": self.settings.fast_train_report,
+                            "expect_efa": self.spec.expect_efa, "gdr_expected": self.spec.gdr_expected},
         }
         self._fit_ref = self._launcher.fit.remote(payload, self.spec.config, spec, self._sink)
         self.stream = _metrics.MetricStream(self._sink).start()
@@ -380,6 +393,7 @@ def start_run(
     import ray
 
     from .cell import modules_beside, serialize
+    from .nccl_env import nccl_worker_env
     from .session import worker_env_defaults
 
     check_resources(settings.workers, settings.gpu, settings.cpus_per_worker)
@@ -390,10 +404,14 @@ def start_run(
         if mod.__name__ != "raynb":
             ray.cloudpickle.register_pickle_by_value(mod)
     payload = serialize(fn)
-    worker_env = {**worker_env_defaults(), **(worker_env_extra or {}), **(env or {})}
+    name = name or default_run_name()
+    user_env = {**(worker_env_extra or {}), **(env or {})}
+    nccl = nccl_worker_env(settings.nccl, name, strict_efa=settings.strict_efa, user_env=user_env) \
+        if settings.gpu else user_env
+    worker_env = {**worker_env_defaults(), **nccl}
     spec = RunSpec(
         workers=settings.workers, gpu=settings.gpu, cpus_per_worker=settings.cpus_per_worker,
-        config=dict(config or {}), name=name or default_run_name(), worker_env=worker_env,
+        config=dict(config or {}), name=name, worker_env=worker_env,
         storage_path=settings.storage_path, cell_file=cell_file, cell_source=cell_source, cwd=here,
     )
     run = Run(spec, settings)

@@ -19,7 +19,65 @@ from typing import Any
 
 from . import metrics
 
-__all__ = ["run_on_worker", "format_frames"]
+__all__ = ["run_on_worker", "format_frames", "NcclWatcher"]
+
+_NCCL_VARS = ("NCCL_NET_PLUGIN", "NCCL_NET", "FI_PROVIDER", "NCCL_IB_DISABLE", "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE")
+
+
+class NcclWatcher:
+    """Parses this process's NCCL_DEBUG_FILE as it grows and sends each new summary to the notebook.
+
+    Channel lines appear only at the first collective (lazy connect since NCCL 2.22), so the summary is resent
+    whenever it changes; a final pass runs when the function returns.
+    """
+
+    def __init__(self, sink: Any, rank: int, info: dict[str, Any], interval: float = 1.0) -> None:
+        import threading
+
+        from .nccl_env import expand_debug_file
+
+        self.sink, self.rank, self.info, self.interval = sink, rank, info, interval
+        pattern = os.environ.get("NCCL_DEBUG_FILE", "")
+        self.path = expand_debug_file(pattern) if pattern and os.environ.get("NCCL_DEBUG") else ""
+        self._size = -1
+        self._last: dict[str, Any] | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="raynb-nccl-watch", daemon=True)
+        if self.path:
+            self._thread.start()
+
+    def _check(self) -> None:
+        from .nccl import parse
+
+        try:
+            size = os.path.getsize(self.path)
+        except OSError:
+            return
+        if size == self._size:
+            return
+        self._size = size
+        with open(self.path, errors="replace") as f:
+            summary = parse(f, expect_efa=bool(self.info.get("expect_efa")),
+                            gdr_expected=self.info.get("gdr_expected"),
+                            env={k: os.environ[k] for k in _NCCL_VARS if k in os.environ})
+        doc = summary.to_json(evidence=True)
+        if doc != self._last:
+            self._last = doc
+            self.sink.event.remote({"kind": "nccl", "rank": self.rank, "node": socket.gethostname(),
+                                    "log": self.path, "summary": doc})
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            with contextlib.suppress(Exception):
+                self._check()
+
+    def close(self) -> None:
+        if not self.path:
+            return
+        self._stop.set()
+        self._thread.join(timeout=2)
+        with contextlib.suppress(Exception):
+            self._check()
 
 
 def _frames(tb: Any) -> list[dict[str, Any]]:
@@ -94,10 +152,12 @@ def run_on_worker(payload: bytes, config: dict[str, Any], sink: Any, info: dict[
         "node": socket.gethostname(), "node_rank": ctx.get_node_rank(), "pid": os.getpid(), "gpu": gpu,
     })
     t0 = time.time()
+    nccl = NcclWatcher(sink, rank, info)
     try:
         fn = cloudpickle.loads(payload)
         fn(config)
     except BaseException as e:
+        nccl.close()
         rep.close()
         err = {"kind": "worker_error", "rank": rank, "type": type(e).__name__, "message": str(e),
                "frames": _frames(e.__traceback__), "node": socket.gethostname()}
@@ -105,6 +165,7 @@ def run_on_worker(payload: bytes, config: dict[str, Any], sink: Any, info: dict[
             ray.get(sink.event.remote(err), timeout=5)
         raise
     else:
+        nccl.close()
         rep.close()
         with contextlib.suppress(Exception):
             ray.get(sink.event.remote({"kind": "worker_done", "rank": rank, "seconds": time.time() - t0}), timeout=5)

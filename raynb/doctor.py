@@ -1,0 +1,122 @@
+"""Preflight checks with a fix for each failure; reads the cluster, never changes it.
+
+On the embedded cluster it checks what applies there: notebook vs cluster Ray/Python, the dashboard, GPUs the
+machine has vs GPUs the cluster offers, /dev/shm, and NVLink multicast kept off for workers. The Kubernetes/EFA
+checks (EFA resource requests, device plugins, allocatable EFA, one availability zone) need a Kubernetes cluster
+and are reported as not applicable here.
+"""
+
+from __future__ import annotations
+
+import html
+import sys
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import NotConnectedError
+
+__all__ = ["Check", "Checklist", "doctor"]
+
+_MARK = {"ok": "✓", "warn": "!", "fail": "✗", "n/a": "–"}
+_COLOR = {"ok": "#198754", "warn": "#b86e00", "fail": "#dc3545", "n/a": "#888"}
+
+
+@dataclass
+class Check:
+    name: str
+    state: str  # ok | warn | fail | n/a
+    detail: str
+    fix: str = ""
+
+
+@dataclass
+class Checklist:
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.state in ("ok", "warn", "n/a") for c in self.checks)
+
+    def __repr__(self) -> str:
+        lines = []
+        for c in self.checks:
+            lines.append(f"{_MARK[c.state]} {c.name}: {c.detail}" + (f"\n    fix: {c.fix}" if c.fix else ""))
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        rows = "".join(
+            f'<tr data-state="{c.state}"><td style="color:{_COLOR[c.state]};font-weight:bold">{_MARK[c.state]}</td>'
+            f"<td>{html.escape(c.name)}</td><td>{html.escape(c.detail)}</td>"
+            f"<td>{html.escape(c.fix)}</td></tr>" for c in self.checks)
+        return (f'<table class="raynb-doctor" style="font-size:12px"><tr><th></th><th>check</th><th>seen</th>'
+                f"<th>fix</th></tr>{rows}</table>")
+
+
+def _node_facts() -> dict[str, Any]:
+    import os
+    import platform
+    import shutil
+    import subprocess
+
+    import ray
+
+    shm = shutil.disk_usage("/dev/shm").total if os.path.isdir("/dev/shm") else 0
+    gpus = 0
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10)
+        gpus = len([ln for ln in out.stdout.splitlines() if ln.startswith("GPU ")]) if out.returncode == 0 else 0
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {"ray": ray.__version__, "python": platform.python_version(), "shm_bytes": shm, "gpus_seen": gpus,
+            "host": platform.node()}
+
+
+def doctor() -> Checklist:
+    """Run the checks against the connected cluster."""
+    import ray
+
+    from .cluster import current
+    from .session import worker_env_defaults
+
+    cl = current()
+    if cl is None or not ray.is_initialized():
+        raise NotConnectedError("This kernel is not connected to a Ray cluster.",
+                                fix="run `%raycluster up --local` first.")
+    out = Checklist()
+    facts = ray.get(ray.remote(num_cpus=0)(_node_facts).remote())
+    here_py = ".".join(map(str, sys.version_info[:3]))
+    same = facts["ray"] == ray.__version__ and facts["python"].rsplit(".", 1)[0] == here_py.rsplit(".", 1)[0]
+    out.checks.append(Check(
+        "Ray and Python versions", "ok" if same else "fail",
+        f"notebook Ray {ray.__version__} / Python {here_py}; cluster Ray {facts['ray']} / Python {facts['python']}",
+        "" if same else f'pip install "ray[client,train,default]=={facts["ray"]}" in a Python '
+                        f'{facts["python"].rsplit(".", 1)[0]} kernel'))
+    try:
+        with urllib.request.urlopen(f"{cl.dashboard_url}/api/version", timeout=5) as r:
+            dash_ok = r.status == 200
+    except OSError:
+        dash_ok = False
+    out.checks.append(Check("Ray dashboard", "ok" if dash_ok else "warn", cl.dashboard_url or "no dashboard URL",
+                            "" if dash_ok else 'install "ray[default]" where the head runs'))
+    cluster_gpus = int(ray.cluster_resources().get("GPU", 0))
+    if facts["gpus_seen"] and cluster_gpus < facts["gpus_seen"]:
+        out.checks.append(Check("GPUs", "warn", f"the machine has {facts['gpus_seen']} GPUs, the cluster offers "
+                                f"{cluster_gpus}", "restart with %raycluster up --local --num-gpus "
+                                f"{facts['gpus_seen']}"))
+    else:
+        out.checks.append(Check("GPUs", "ok", f"cluster offers {cluster_gpus} GPUs "
+                                f"(nvidia-smi on {facts['host']} sees {facts['gpus_seen']})"))
+    shm_gb = facts["shm_bytes"] / 2**30
+    out.checks.append(Check("/dev/shm", "ok" if shm_gb >= 1 else "warn", f"{shm_gb:.1f} GiB on {facts['host']}",
+                            "" if shm_gb >= 1 else "mount a memory-backed /dev/shm (emptyDir medium: Memory) of a "
+                            "few GiB: NCCL SHM and Ray's object store use it"))
+    nvls = worker_env_defaults().get("NCCL_NVLS_ENABLE")
+    out.checks.append(Check("NVLink multicast off for workers", "ok" if nvls == "0" else "warn",
+                            f"NCCL_NVLS_ENABLE={nvls}"))
+    if cl.kind == "local":
+        for name in ("EFA requested by worker pods", "GPU nodes advertise EFA and GPUs",
+                     "EFA and NVIDIA device plugins ready", "GPU nodes in one availability zone",
+                     "NCCL/EFA variables on workers"):
+            out.checks.append(Check(name, "n/a", "applies to Kubernetes clusters; this is the embedded cluster"))
+    return out
