@@ -121,6 +121,7 @@ class RunSpec:
     #: a faster network than sockets is expected between nodes (EFA requested): sockets then count as a fallback
     expect_efa: bool = False
     gdr_expected: bool | None = None
+    user_env: dict[str, str] | None = None
 
 
 class Run:
@@ -211,6 +212,19 @@ class Run:
 
         return render_bundle(self)
 
+    def rerun(self, *, env: dict[str, str] | None = None, name: str | None = None,
+              config: dict[str, Any] | None = None, workers: int | None = None,
+              display: bool | str | None = None) -> Run:
+        """Run the same function again, changing only what is given (e.g. ``env=TCP_ENV`` to force sockets)."""
+        import dataclasses
+
+        settings = dataclasses.replace(self.settings, workers=workers or self.settings.workers)
+        user_env = {k: v for k, v in self.spec.worker_env.items() if k in (self.spec.user_env or {})}
+        return _run_payload(self._payload, settings, config=self.spec.config if config is None else config,
+                            name=name or f"{self.name}-rerun", env={**user_env, **(env or {})},
+                            cell_file=self.spec.cell_file, cell_source=self.spec.cell_source, cwd=self.spec.cwd,
+                            display=display)
+
     def figure(self) -> Any:
         """An interactive plotly figure of loss and throughput (for exploring after the run)."""
         from .display.plotly_figure import run_figure
@@ -221,6 +235,7 @@ class Run:
     def _start(self, payload: bytes) -> None:
         import ray
 
+        self._payload = payload
         self.started_at = time.time()
         self.status = "starting"
         self._sink = _metrics.sink_actor()
@@ -377,6 +392,18 @@ def check_resources(workers: int, gpu: bool, cpus_per_worker: float) -> None:
         )
 
 
+def _register_modules_beside(here: str) -> None:
+    """Modules imported from the notebook's folder are not installed on workers: ship them by value."""
+    from pathlib import Path
+
+    import ray
+
+    from .cell import modules_beside
+
+    for mod in modules_beside(Path(here)):
+        ray.cloudpickle.register_pickle_by_value(mod)
+
+
 def start_run(
     fn: Callable[..., Any],
     settings: Settings,
@@ -390,35 +417,55 @@ def start_run(
     worker_env_extra: dict[str, str] | None = None,
 ) -> tuple[Run, bytes]:
     """Check, serialize and start a run; the caller waits on it (with or without a display)."""
-    import ray
+    from .cell import serialize
 
-    from .cell import modules_beside, serialize
+    check_resources(settings.workers, settings.gpu, settings.cpus_per_worker)
+    here = cwd or os.getcwd()
+    _register_modules_beside(here)
+    payload = serialize(fn)
+    run = _start_payload(payload, settings, config=config, name=name, env=env, cell_file=cell_file,
+                         cell_source=cell_source, cwd=here, worker_env_extra=worker_env_extra)
+    return run, payload
+
+
+def _start_payload(payload: bytes, settings: Settings, *, config: dict[str, Any] | None, name: str | None,
+                   env: dict[str, str] | None, cell_file: str | None, cell_source: str | None, cwd: str,
+                   worker_env_extra: dict[str, str] | None = None) -> Run:
     from .nccl_env import nccl_worker_env
     from .session import worker_env_defaults
 
     check_resources(settings.workers, settings.gpu, settings.cpus_per_worker)
-    here = cwd or os.getcwd()
-    from pathlib import Path
-
-    for mod in modules_beside(Path(here)):
-        if mod.__name__ != "raynb":
-            ray.cloudpickle.register_pickle_by_value(mod)
-    payload = serialize(fn)
     name = name or default_run_name()
     user_env = {**(worker_env_extra or {}), **(env or {})}
     nccl = nccl_worker_env(settings.nccl, name, strict_efa=settings.strict_efa, user_env=user_env) \
         if settings.gpu else user_env
-    worker_env = {**worker_env_defaults(), **nccl}
     spec = RunSpec(
         workers=settings.workers, gpu=settings.gpu, cpus_per_worker=settings.cpus_per_worker,
-        config=dict(config or {}), name=name, worker_env=worker_env,
-        storage_path=settings.storage_path, cell_file=cell_file, cell_source=cell_source, cwd=here,
+        config=dict(config or {}), name=name, worker_env={**worker_env_defaults(), **nccl},
+        storage_path=settings.storage_path, cell_file=cell_file, cell_source=cell_source, cwd=cwd,
+        user_env=user_env,
     )
     run = Run(spec, settings)
     global _active
     _active = run
     run._start(payload)
-    return run, payload
+    return run
+
+
+def _run_payload(payload: bytes, settings: Settings, *, display: bool | str | None = None, **kw: Any) -> Run:
+    """Start a run and wait for it with a live view; an interrupt aborts it and raises RunAborted."""
+    from .display import LiveView
+
+    run = _start_payload(payload, settings, **kw)
+    view = None
+    if display is not False:
+        view = LiveView(run, mode=display if isinstance(display, str) else None, hz=settings.refresh_hz).start()
+    run._wait(on_tick=view.refresh if view else None)
+    if view is not None:
+        view.finish()
+    if run.status == "aborted":
+        run.raise_for_status()
+    return run
 
 
 def train(
@@ -442,19 +489,14 @@ def train(
     button) stops the workers and raises :class:`~raynb.errors.RunAborted`. ``display``: None picks HTML in
     notebooks and a text line in terminals; False shows nothing.
     """
+    from .cell import serialize
     from .config import resolve
-    from .display import LiveView
 
     if settings is None:
         settings = resolve({"workers": workers, "gpu": gpu, "cpus_per_worker": cpus_per_worker})
-    run, _ = start_run(fn, settings, config=config, name=name, env=env, cell_file=cell_file,
-                       cell_source=cell_source)
-    view = None
-    if display is not False:
-        view = LiveView(run, mode=display if isinstance(display, str) else None, hz=settings.refresh_hz).start()
-    run._wait(on_tick=view.refresh if view else None)
-    if view is not None:
-        view.finish()
-    if run.status == "aborted":
-        run.raise_for_status()
-    return run
+    check_resources(settings.workers, settings.gpu, settings.cpus_per_worker)
+    here = os.getcwd()
+    _register_modules_beside(here)
+    payload = serialize(fn)
+    return _run_payload(payload, settings, config=config, name=name, env=env, cell_file=cell_file,
+                        cell_source=cell_source, cwd=here, display=display)
