@@ -24,9 +24,9 @@ _LAZY = {
     "down": ("cluster", "down"),
     "current": ("cluster", "current"),
     "Cluster": ("cluster", "Cluster"),
-    "train": ("train", "train"),
-    "Run": ("train", "Run"),
-    "doctor": ("doctor", "doctor"),
+    "train": ("run", "train"),
+    "Run": ("run", "Run"),
+    "doctor": ("preflight", "doctor"),
     "bench": ("probe", "bench"),
 }
 

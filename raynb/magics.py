@@ -168,7 +168,7 @@ class RayNBMagics(Magics):
             raise NotConnectedError("This kernel is not connected to a Ray cluster.",
                                     fix="run `%raycluster up --local` first.")
         if cmd == "doctor":
-            from .doctor import doctor
+            from .preflight import doctor
 
             return doctor()
         if cmd == "bench":
@@ -188,7 +188,7 @@ class RayNBMagics(Magics):
     def raytrain(self, line: str, cell: str) -> None:
         """%%raytrain [--workers N] [--gpu | --cpus-per-worker C] [--config EXPR] [--name RUN] [--out VAR]"""
         from .cell import compile_cell
-        from .train import train
+        from .run import train
 
         rest, config_expr = split_config_expr(line)
         try:

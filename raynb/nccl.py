@@ -66,7 +66,7 @@ _RINGS_GDR = re.compile(r"Connected all rings, use ring PXN \d+ GDR (\d)")
 _PROVIDER = re.compile(r"NET/OFI Selected [Pp]rovider is (\w[\w-]*)")
 _OFI_VER = re.compile(r"NET/OFI (?:Initializing|Using) aws-ofi-nccl (\S+)")
 _ENV_SET = re.compile(r"^(NCCL_NET_PLUGIN|NCCL_NET|FI_PROVIDER|NCCL_IB_DISABLE|NCCL_P2P_DISABLE|NCCL_SHM_DISABLE"
-                      r"|NCCL_SOCKET_IFNAME) set by environment to (.*?)\s*$")
+                      r"|NCCL_SOCKET_IFNAME) set by environment to (.*?)\.?\s*$")
 _NVLS_OFF = re.compile(r"NVLS multicast support is not available")
 
 _FATAL = [
@@ -335,6 +335,10 @@ def parse(lines: Iterable[str] | str, *, expect_efa: bool = False, gdr_expected:
         at_least("warn")
         msgs.append(f"Traffic between nodes goes over NCCL network '{net_name}'"
                     + (f" (libfabric provider {s.provider}, not EFA)" if s.provider else "") + ".")
+    if (s.nodes or 0) > 1 and s.local_ranks == 1 and seen_env.get("NCCL_P2P_DISABLE") == "1" \
+            and seen_env.get("NCCL_SHM_DISABLE") == "1":
+        msgs.append("NCCL_P2P_DISABLE and NCCL_SHM_DISABLE are set: NCCL then counts every GPU as a node of its own, "
+                    "so GPUs in one machine also talk over the network.")
     if s.intra_node == "shm":
         at_least("warn")
         msgs.append("GPUs on the same node talk through host shared memory, not P2P/NVLink: about 10x slower on "

@@ -126,7 +126,7 @@ class ProbeResult:
 
 def _one(settings: Settings, sizes: list[int], env: dict[str, str] | None, name: str,
          display: bool | str | None, fake_hosts: int = 0) -> tuple[list[dict[str, float]], dict[str, Any]]:
-    from .train import train
+    from .run import train
 
     run = train(sweep, config={"sizes": sizes, "gpu": settings.gpu, "fake_hosts": fake_hosts}, settings=settings,
                 env=env, name=name, display=display).raise_for_status()

@@ -14,7 +14,7 @@ import pytest
 import raynb
 from raynb.config import resolve
 from raynb.errors import CaptureError, RunAborted, TrainingFailedError
-from raynb.train import active_run, start_run
+from raynb.run import active_run, start_run
 
 from .conftest import alive_train_workers
 

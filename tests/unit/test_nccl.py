@@ -110,3 +110,37 @@ def test_cli_json_one_object_and_a_list(tmp_path: Path) -> None:
     human = subprocess.run([sys.executable, "-m", "raynb.nccl", str(CORPUS / "no-net-plugin-2.30.log"),
                             str(tmp_path / "missing.log")], capture_output=True, text=True)
     assert human.returncode == 1 and "ERROR" in human.stdout and "cannot read" in human.stderr
+
+
+H200 = Path(__file__).resolve().parents[1] / "fixtures" / "nccl" / "h200"
+# Real captures from raynb runs on 2 x H200 (NCCL 2.28.9). socket: with P2P and SHM disabled NCCL itself reports
+# nNodes 2 / localRanks 1 on one machine, so the verdict is NCCL's own view: inter-node sockets.
+H200_CASES = {
+    "p2p": ("p2p", None, "Socket", 1, False, "ok"),
+    "magic": ("p2p", None, "Socket", 1, False, "ok"),
+    "shm": ("shm", None, "Socket", 1, False, "warn"),
+    "socket": (None, "socket", "Socket", 2, False, "warn"),
+    "two-hosts": (None, "socket", "Socket", 2, False, "warn"),
+    "ofi-missing": ("p2p", None, "Socket", 1, True, "warn"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(H200_CASES))
+def test_real_h200_captures(case: str) -> None:
+    files = sorted(H200.glob(f"proof-{case}.*.log"))
+    assert len(files) == 2, "one log per rank"
+    for f in files:
+        s = parse_file(str(f))
+        got = (s.intra_node, s.inter_node, s.network, s.nodes, s.fallback, s.severity)
+        assert got == H200_CASES[case], (f.name, got, s.messages)
+        assert s.nccl_version == "2.28.9" and s.ranks == 2
+
+
+def test_h200_socket_case_explains_why_one_machine_shows_two_nodes() -> None:
+    s = parse_file(str(sorted(H200.glob("proof-socket.*.log"))[0]))
+    assert any("counts every GPU as a node of its own" in m for m in s.messages)
+
+
+def test_h200_ofi_missing_names_the_missing_library() -> None:
+    s = parse_file(str(sorted(H200.glob("proof-ofi-missing.*.log"))[0]))
+    assert any("libnccl-net-ofi.so" in m for m in s.messages)
