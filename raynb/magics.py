@@ -46,6 +46,15 @@ class RayNB(Configurable):
         return {k: getattr(self, k) for k in self.trait_names(config=True) if getattr(self, k) is not None}
 
 
+def _bool(text: str) -> bool:
+    low = text.strip().lower()
+    if low in {"1", "true", "yes", "on"}:
+        return True
+    if low in {"0", "false", "no", "off"}:
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, not {text!r}")
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse that raises a readable UsageError instead of exiting the kernel."""
 
@@ -61,7 +70,8 @@ def _train_parser() -> _Parser:
                 description="Run the cell as Ray Train's train_loop_per_worker(config) on N workers.")
     p.add_argument("--workers", "-n", type=int, help="number of workers")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--gpu", action="store_true", default=None, help="one GPU per worker (NCCL)")
+    g.add_argument("--gpu", nargs="?", const=True, default=None, type=_bool, metavar="BOOL",
+                   help="one GPU per worker (NCCL); `--gpu $USE_GPU` takes a notebook variable")
     g.add_argument("--cpus-per-worker", type=float, help="CPUs per worker (gloo)")
     p.add_argument("--config", metavar="EXPR", help="Python expression for `config` (evaluated in the notebook)")
     p.add_argument("--name", help="run name")

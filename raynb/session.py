@@ -61,6 +61,14 @@ def _filter_known_noise() -> None:
     log_client.stdstream = stdstream
 
 
+_generation = 0
+
+
+def generation() -> int:
+    """Counts connections made by this process: actors from an earlier connection are gone."""
+    return _generation
+
+
 def is_connected() -> bool:
     import ray
 
@@ -164,6 +172,8 @@ def connect(
         try:
             ray.init(address, runtime_env=runtime_env or None, namespace="raynb", logging_level="WARNING",
                      log_to_driver=True)
+            global _generation
+            _generation += 1
             _filter_known_noise()
             say(f"connected to {address}")
             return

@@ -76,3 +76,13 @@ def test_errors_render_as_a_few_lines(ip) -> None:  # noqa: ANN001
     assert isinstance(result.error_in_exec, UsageError)
     lines = result.error_in_exec._render_traceback_()
     assert len(lines) <= 4 and "UsageError" in lines[0]
+
+
+def test_gpu_flag_takes_an_optional_boolean() -> None:
+    from raynb.magics import _train_parser
+
+    p = _train_parser()
+    assert p.parse_args(["--gpu"]).gpu is True
+    assert p.parse_args(["--gpu", "False"]).gpu is False
+    assert p.parse_args(["--gpu", "true", "--workers", "2"]).gpu is True
+    assert p.parse_args([]).gpu is None
