@@ -87,10 +87,13 @@ def bare(steps: int) -> dict[str, float]:
     return {"t0": t0}
 
 
+REPORT = True
+
+
 def with_raynb(steps: int) -> dict[str, float]:
     t0 = time.time()
-    run = raynb.train(train_fn, workers=2, config={"steps": steps, "warmup": WARMUP, "report": True}, display=False,
-                      name=f"bench-raynb-{int(t0)}")
+    run = raynb.train(train_fn, workers=2, config={"steps": steps, "warmup": WARMUP, "report": REPORT},
+                      display=False, name=f"bench-raynb-{int(t0)}")
     run.raise_for_status()
     return {"t0": t0}
 
@@ -99,7 +102,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--no-report", action="store_true", help="raynb run without raynb.report (isolates its cost)")
     args = ap.parse_args()
+    global REPORT
+    REPORT = not args.no_report
     raynb.up(local=True, progress=lambda m: print(m, file=sys.stderr))
     timings = Timings.options(name="bench-timings", namespace="raynb", get_if_exists=True).remote()
     rows: dict[str, list[dict[str, float]]] = {"bare": [], "raynb": []}
@@ -114,7 +120,7 @@ def main() -> None:
         return statistics.median(r[key] for r in rows[mode])
 
     out = {
-        "ray": ray.__version__, "workers": 2, "rounds": args.rounds, "steps": args.steps, "raw": rows,
+        "ray": ray.__version__, "workers": 2, "raynb_reports_every_step": REPORT, "rounds": args.rounds, "steps": args.steps, "raw": rows,
         "start_to_first_step_s": {"bare": med("bare", "start_to_first_step_s"),
                                   "raynb": med("raynb", "start_to_first_step_s"),
                                   "raynb_minus_bare": med("raynb", "start_to_first_step_s")

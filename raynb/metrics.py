@@ -60,7 +60,7 @@ def _plain(v: Any) -> Any:
 class Reporter:
     """Per-worker-process buffer of records, flushed to the sink by a daemon thread."""
 
-    def __init__(self, sink: Any, rank: int, *, flush_interval: float = 0.05, max_in_flight: int = 4,
+    def __init__(self, sink: Any, rank: int, *, flush_interval: float = 0.1, max_in_flight: int = 4,
                  max_buffered: int = 200_000) -> None:
         self.sink, self.rank = sink, rank
         self.flush_interval, self.max_in_flight, self.max_buffered = flush_interval, max_in_flight, max_buffered
@@ -99,9 +99,11 @@ class Reporter:
     def _flush(self) -> None:
         import ray
 
-        if self._in_flight:
-            done, self._in_flight = ray.wait(self._in_flight, num_returns=len(self._in_flight), timeout=0)
-            if len(self._in_flight) >= self.max_in_flight:  # backpressure lands on this thread, not on training
+        if not self._q:
+            return
+        if len(self._in_flight) >= self.max_in_flight:  # backpressure lands on this thread, not on training
+            _, self._in_flight = ray.wait(self._in_flight, num_returns=len(self._in_flight), timeout=0)
+            if len(self._in_flight) >= self.max_in_flight:
                 _, self._in_flight = ray.wait(self._in_flight, num_returns=1, timeout=5)
         batch = self._take()
         if batch:
@@ -173,13 +175,16 @@ class MetricStream:
     """Notebook side: a thread that long-polls the sink and keeps every record and event, in arrival order."""
 
     def __init__(self, sink: Any, on_data: Callable[[list[dict], list[dict]], None] | None = None,
-                 poll_timeout: float = 0.25) -> None:
+                 poll_timeout: float = 0.25, min_gap: float = 0.1) -> None:
         self.sink = sink
         self.records: list[dict[str, Any]] = []
         self.events: list[dict[str, Any]] = []
         self.arrivals: list[float] = []  # driver time each record arrived (latency measurements)
         self.on_data = on_data
         self.poll_timeout = poll_timeout
+        # Each drain is a Ray Client round trip through the head: at most one per `min_gap` keeps the notebook's
+        # share of a small machine's CPU low while latency stays ~ flush interval + min_gap.
+        self.min_gap = min_gap
         self.changed = threading.Event()
         self._cursor = 0
         self._stop = threading.Event()
@@ -211,7 +216,8 @@ class MetricStream:
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
-                self.poll_once()
+                if self.poll_once() and self.min_gap:
+                    self._stop.wait(self.min_gap)
             except Exception as e:  # noqa: BLE001 - the sink died (run aborted) or the client went away
                 self.error = e
                 return

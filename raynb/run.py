@@ -98,8 +98,9 @@ class RunError:
         if not self.tracebacks:
             return head + (f"\n{self.detail}" if self.detail else "")
         rank = min(self.tracebacks)
-        return "\n".join([head, f"Traceback (rank {rank}, most recent call last):", *self.tracebacks[rank],
-                          f"{self.type}: {self.message}"])
+        lines = [head, f"Traceback (rank {rank}, most recent call last):", *self.tracebacks[rank],
+                 f"{self.type}: {self.message}"]
+        return "\n".join(lines + ([self.detail] if self.detail else []))
 
 
 def _ranks_text(ranks: list[int], world: int) -> str:
@@ -317,7 +318,21 @@ class Run:
                 pass
         prewarm(self.settings)  # the next cell finds a warm launcher
 
+    def _nccl_hint(self) -> str:
+        """The first NCCL error verdict of the run, if any: often the real reason a GPU run failed."""
+        for rank, s in sorted(self.nccl.items()):
+            if s.get("severity") == "error" and s.get("messages"):
+                return f"NCCL on rank {rank}: {s['messages'][0]}"
+        return ""
+
     def _assemble_error(self, out: dict[str, Any]) -> RunError:
+        err = self._assemble_error_core(out)
+        hint = self._nccl_hint()
+        if hint:
+            err.detail = (err.detail + "\n" if err.detail else "") + hint
+        return err
+
+    def _assemble_error_core(self, out: dict[str, Any]) -> RunError:
         worker_errors = [e for e in self.events if e.get("kind") == "worker_error"]
         if worker_errors:
             first = min(worker_errors, key=lambda e: e["rank"])

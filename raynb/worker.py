@@ -136,7 +136,7 @@ def run_on_worker(payload: bytes, config: dict[str, Any], sink: Any, info: dict[
 
     ctx = ray.train.get_context()
     rank = ctx.get_world_rank()
-    rep = metrics.Reporter(sink, rank, flush_interval=info.get("flush_interval", 0.05))
+    rep = metrics.Reporter(sink, rank, flush_interval=info.get("flush_interval", 0.1))
     metrics._set_reporter(rep)
     restore = _patch_train_report(rep) if info.get("fast_train_report", True) else (lambda: None)
     cwd = info.get("cwd")

@@ -152,3 +152,20 @@ def test_globals_config_local_module_and_plain_ray_train_report(ip, tmp_path: Pa
         os.chdir(old)
         sys.path.remove(str(tmp_path))
         sys.modules.pop("nb_helpers", None)
+
+
+def test_terminal_ipython_prints_a_text_progress_line(cluster: raynb.Cluster) -> None:
+    """In terminal IPython (no HTML frontend) the same run prints a readable progress line."""
+    import subprocess
+
+    script = ("%load_ext raynb\n%raycluster up --local\n"
+              "%%raytrain --workers 2 --name terminal-run\nimport raynb, time\n"
+              "for i in range(20):\n    raynb.report(loss=1.0 / (i + 1), samples=10)\n    time.sleep(0.05)\n\n\nexit\n")
+    ipy = Path(sys.executable).with_name("ipython")
+    p = subprocess.run([str(ipy), "--no-banner", "--colors=NoColor", "--simple-prompt"], input=script,
+                       capture_output=True, text=True, timeout=300)
+    out = p.stdout
+    assert "reusing the embedded Ray head" in out
+    final = [ln for ln in out.replace("\r", "\n").splitlines() if "[terminal-run] succeeded" in ln]
+    assert final and "step 20" in final[-1] and "loss 0.05" in final[-1] and "samples/s" in final[-1], out[-2000:]
+    assert "<div" not in out  # no HTML in a terminal

@@ -104,3 +104,14 @@ def test_text_mode_writes_one_line() -> None:
     view.finish()
     out = buf.getvalue()
     assert out.startswith("\r[r1] succeeded") and out.endswith("\n")
+
+
+def test_run_error_carries_the_nccl_reason() -> None:
+    from raynb.run import RunError
+
+    err = RunError([0, 1], 2, "DistBackendError", "NCCL error: invalid usage",
+                   {0: ["  cell line 7, in train_loop_per_worker", "    dist.all_reduce(x)"]},
+                   detail="NCCL on rank 0: NCCL could not initialise any network plugin")
+    text = str(err)
+    assert text.startswith("All 2 workers failed with DistBackendError") and "cell line 7" in text
+    assert text.endswith("NCCL on rank 0: NCCL could not initialise any network plugin")
