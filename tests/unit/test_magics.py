@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from IPython import get_ipython
 from IPython.testing.globalipapp import start_ipython
 
 from raynb.errors import NotConnectedError, UsageError
@@ -11,7 +12,7 @@ from raynb.magics import split_config_expr
 
 @pytest.fixture(scope="module")
 def ip():  # noqa: ANN201
-    shell = start_ipython()
+    shell = start_ipython() or get_ipython()  # one global test shell per process
     shell.run_line_magic("load_ext", "raynb")
     yield shell
     shell.run_line_magic("unload_ext", "raynb")
