@@ -33,7 +33,7 @@ def cluster() -> Iterator[raynb.Cluster]:
 @pytest.fixture(scope="package")
 def ip(cluster: raynb.Cluster):  # noqa: ANN201
     from IPython import get_ipython
-from IPython.testing.globalipapp import start_ipython
+    from IPython.testing.globalipapp import start_ipython
 
     shell = start_ipython() or get_ipython()  # one global test shell per process
     shell.run_line_magic("load_ext", "raynb")
