@@ -95,6 +95,9 @@ def _cluster_parser() -> _Parser:
     sub.add_parser("status", help="nodes, CPUs, GPUs, dashboard link")
     sub.add_parser("dashboard", help="the Ray dashboard link")
     sub.add_parser("doctor", help="preflight checks, each with a fix")
+    r = sub.add_parser("render", help="print the DLC RayCluster YAML that `up --values` would apply")
+    r.add_argument("--values", help="values file (default: manifests/values.env)")
+    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides")
     b = sub.add_parser("bench", help="all_reduce bus-bandwidth sweep across the workers")
     b.add_argument("--workers", "-n", type=int)
     b.add_argument("--gpu", action="store_true", default=None)
@@ -170,6 +173,17 @@ class RayNBMagics(Magics):
         if cmd == "down":
             stopped = C.down()
             print("cluster stopped" if stopped else "no cluster was running")
+            return None
+        if cmd == "render":
+            from .manifest import load_values, render_yaml
+
+            overrides = {}
+            for item in args.overrides:
+                key, sep, value = item.partition("=")
+                if not sep:
+                    raise UsageError(f"%raycluster render: --set takes KEY=VALUE, not {item!r}")
+                overrides[key] = value
+            print(render_yaml(load_values(args.values), overrides), end="")
             return None
         cur = C.current()
         if cur is None:

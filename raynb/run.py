@@ -476,7 +476,6 @@ def start_run(
     """Check, serialize and start a run; the caller waits on it (with or without a display)."""
     from .cell import serialize
 
-    check_resources(settings.workers, settings.gpu, settings.cpus_per_worker)
     here = cwd or os.getcwd()
     _register_modules_beside(here)
     payload = serialize(fn)
@@ -491,7 +490,7 @@ def _start_payload(payload: bytes, settings: Settings, *, config: dict[str, Any]
     from .nccl_env import nccl_worker_env
     from .session import worker_env_defaults
 
-    check_resources(settings.workers, settings.gpu, settings.cpus_per_worker)
+    check_resources(settings.workers, settings.gpu, settings.cpus_per_worker)  # before anything waits forever
     name = name or default_run_name()
     user_env = {**(worker_env_extra or {}), **(env or {})}
     nccl = nccl_worker_env(settings.nccl, name, strict_efa=settings.strict_efa, user_env=user_env) \
@@ -551,7 +550,6 @@ def train(
 
     if settings is None:
         settings = resolve({"workers": workers, "gpu": gpu, "cpus_per_worker": cpus_per_worker})
-    check_resources(settings.workers, settings.gpu, settings.cpus_per_worker)
     here = os.getcwd()
     _register_modules_beside(here)
     payload = serialize(fn)

@@ -87,3 +87,9 @@ def test_gpu_flag_takes_an_optional_boolean() -> None:
     assert p.parse_args(["--gpu", "False"]).gpu is False
     assert p.parse_args(["--gpu", "true", "--workers", "2"]).gpu is True
     assert p.parse_args([]).gpu is None
+
+
+def test_render_prints_the_yaml(ip, capsys) -> None:  # noqa: ANN001
+    ip.run_line_magic("raycluster", "render --set GPU_NODE_TYPE=p4d.24xlarge --set NAMESPACE=team-a")
+    out = capsys.readouterr().out
+    assert "kind: RayCluster" in out and "namespace: team-a" in out and "vpc.amazonaws.com/efa: '4'" in out

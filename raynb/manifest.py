@@ -1,0 +1,174 @@
+"""The DLC RayCluster, rendered: template + values file + ``--set`` + instance preset -> a validated dict. Pure.
+
+The template (``manifests/raycluster.yaml``) uses ``${VARS}`` that plain ``envsubst`` fills from
+``manifests/values.env``; raynb fills the same variables, then applies the preset of ``GPU_NODE_TYPE``
+(``manifests/presets.yaml``): GPUs, EFA interfaces and CPU/memory per node come from it, so changing instance type is
+one variable. An instance without EFA loses the EFA request and the EFA variables; one with GPUDirect RDMA gains
+``FI_EFA_USE_DEVICE_RDMA=1``. ``python -m raynb.manifest [--values F] [--set K=V ...]`` prints the YAML.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Mapping
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import RaynbError
+
+__all__ = ["ManifestError", "MANIFESTS", "load_values", "load_presets", "resolve_values", "render", "render_yaml",
+           "validate", "main"]
+
+MANIFESTS = Path(__file__).resolve().parents[1] / "manifests"
+_VAR = re.compile(r"\$\{([A-Z_][A-Z0-9_]*)\}|\$([A-Z_][A-Z0-9_]*)")
+#: Variables a preset supplies (unless given with --set).
+DERIVED = ("GPUS_PER_NODE", "EFA_PER_NODE", "WORKER_CPU", "WORKER_MEMORY")
+
+
+class ManifestError(RaynbError):
+    """The values or the rendered RayCluster are not usable."""
+
+
+def load_values(path: str | Path | None = None) -> dict[str, str]:
+    """``KEY=VALUE`` lines (shell syntax: comments, ``export``, quotes), as ``envsubst`` users source them."""
+    path = Path(path) if path else MANIFESTS / "values.env"
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ManifestError(f"Cannot read the values file {path}: {e.strerror}.",
+                            fix=f"pass an existing file, e.g. --values {MANIFESTS / 'values.env'}") from None
+    out: dict[str, str] = {}
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        line = line.removeprefix("export ").strip()
+        key, sep, value = line.partition("=")
+        if not sep or not re.fullmatch(r"[A-Z_][A-Z0-9_]*", key.strip()):
+            raise ManifestError(f"Line {n} of {path} is not KEY=VALUE: {raw!r}",
+                                fix="use shell variable syntax, e.g. GPU_NODE_TYPE=g6.12xlarge")
+        value = value.split(" #", 1)[0].strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        out[key.strip()] = value
+    return out
+
+
+@lru_cache(maxsize=4)
+def load_presets(path: str | None = None) -> dict[str, dict[str, Any]]:
+    with open(path or MANIFESTS / "presets.yaml") as f:
+        return yaml.safe_load(f)
+
+
+def resolve_values(values: Mapping[str, str] | None = None, overrides: Mapping[str, str] | None = None,
+                   presets: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, str]:
+    """Values file + overrides, with the instance preset's numbers for what the overrides do not set."""
+    merged = {**(values if values is not None else load_values()), **(overrides or {})}
+    presets = presets if presets is not None else load_presets()
+    itype = merged.get("GPU_NODE_TYPE", "")
+    preset = presets.get(itype)
+    given = set(overrides or {})
+    if preset is None:
+        if not set(DERIVED) <= given:
+            raise ManifestError(
+                f"Unknown GPU instance type {itype!r}.",
+                saw=f"presets exist for {', '.join(sorted(presets))}",
+                fix="pick one of those, or give all of " + ", ".join(f"--set {k}=..." for k in DERIVED) + ".")
+        merged["GPUDIRECT_RDMA"] = merged.get("GPUDIRECT_RDMA", "false")
+        return merged
+    derived = {
+        "GPUS_PER_NODE": str(preset["gpus"]),
+        "EFA_PER_NODE": str(preset["efa"]),
+        "WORKER_CPU": str(preset["vcpus"] - 8),
+        "WORKER_MEMORY": f"{preset['memory_gib'] * 5 // 6}Gi",
+    }
+    for k, v in derived.items():
+        if k not in given:
+            merged[k] = v
+    merged["GPUDIRECT_RDMA"] = "true" if preset.get("gdr") else "false"
+    return merged
+
+
+def _substitute(text: str, values: Mapping[str, str]) -> str:
+    missing = sorted({m[1] or m[2] for m in _VAR.finditer(text)} - set(values))
+    if missing:
+        raise ManifestError(f"The values do not set {', '.join(missing)}.",
+                            fix="add them to the values file or pass --set " + " --set ".join(f"{k}=..." for k in missing))
+    return _VAR.sub(lambda m: values[m[1] or m[2]], text)
+
+
+def render(values: Mapping[str, str] | None = None, overrides: Mapping[str, str] | None = None, *,
+           template: str | Path | None = None) -> dict[str, Any]:
+    """The RayCluster object for these values (preset applied; EFA request and variables only where EFA exists)."""
+    vals = resolve_values(values, overrides)
+    text = Path(template or MANIFESTS / "raycluster.yaml").read_text()
+    try:
+        obj = yaml.safe_load(_substitute(text, vals))
+    except yaml.YAMLError as e:
+        raise ManifestError(f"The rendered manifest is not valid YAML: {e}",
+                            fix="check values that contain ':' or '#', quote them in the values file") from None
+    for group in obj["spec"]["workerGroupSpecs"]:
+        for c in group["template"]["spec"]["containers"]:
+            res = c.setdefault("resources", {})
+            env = c.setdefault("env", [])
+            if vals["EFA_PER_NODE"] in ("0", ""):
+                for part in ("requests", "limits"):
+                    res.get(part, {}).pop("vpc.amazonaws.com/efa", None)
+                c["env"] = [e for e in env if e["name"] not in ("FI_PROVIDER", "NCCL_NET_PLUGIN")]
+            elif vals.get("GPUDIRECT_RDMA") == "true" and not any(e["name"] == "FI_EFA_USE_DEVICE_RDMA" for e in env):
+                env.append({"name": "FI_EFA_USE_DEVICE_RDMA", "value": "1"})
+    annotations = obj["metadata"].setdefault("annotations", {})
+    annotations["raynb.io/python-version"] = vals.get("PYTHON_VERSION", "")
+    annotations["raynb.io/gpu-node-type"] = vals.get("GPU_NODE_TYPE", "")
+    return obj
+
+
+def render_yaml(values: Mapping[str, str] | None = None, overrides: Mapping[str, str] | None = None) -> str:
+    return yaml.safe_dump(render(values, overrides), sort_keys=False)
+
+
+@lru_cache(maxsize=4)
+def _crd_schema(crd_path: str) -> dict[str, Any]:
+    with open(crd_path) as f:
+        crd = yaml.safe_load(f)
+    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
+    return version["schema"]["openAPIV3Schema"]
+
+
+def validate(obj: Mapping[str, Any], crd_path: str | Path) -> None:
+    """Check ``obj`` against a KubeRay RayCluster CRD's v1 schema; raise ManifestError listing every problem."""
+    import jsonschema
+
+    validator = jsonschema.Draft7Validator(_crd_schema(str(crd_path)))
+    errors = sorted(validator.iter_errors(dict(obj)), key=lambda e: list(e.path))
+    if errors:
+        lines = [f"{'.'.join(map(str, e.path)) or '(root)'}: {e.message}" for e in errors[:10]]
+        raise ManifestError(f"The RayCluster does not match the CRD {Path(crd_path).name}.", saw="\n".join(lines))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m raynb.manifest", description="Print the DLC RayCluster YAML.")
+    ap.add_argument("--values", help="values file (default: manifests/values.env)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides")
+    args = ap.parse_args(argv)
+    try:
+        overrides = {}
+        for item in args.overrides:
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise ManifestError(f"--set takes KEY=VALUE, not {item!r}")
+            overrides[key] = value
+        sys.stdout.write(render_yaml(load_values(args.values), overrides))
+    except ManifestError as e:
+        print(e.message, file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""manifest.py: the DLC RayCluster from template + values + presets, checked against KubeRay's CRDs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from raynb.manifest import MANIFESTS, ManifestError, load_values, render, validate
+
+CRDS = Path(__file__).resolve().parents[3] / "shared" / "reference" / "crds"
+CRD_FILES = sorted(CRDS.glob("ray.io_rayclusters.v*.yaml")) if CRDS.is_dir() else []
+
+
+def _worker(obj: dict) -> dict:
+    return obj["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
+
+
+def _env(c: dict) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in c["env"]}
+
+
+def test_defaults_are_the_samples_cluster() -> None:
+    obj = render()
+    assert (obj["apiVersion"], obj["kind"]) == ("ray.io/v1", "RayCluster")
+    assert obj["metadata"]["namespace"] == "ray-train" and obj["spec"]["rayVersion"] == "2.58.0"
+    head = obj["spec"]["headGroupSpec"]["template"]["spec"]
+    assert head["nodeSelector"] == {"role": "system"}
+    hc = head["containers"][0]
+    assert hc["image"] == "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"
+    assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"} in hc["env"]
+    assert sorted(p["containerPort"] for p in hc["ports"]) == [6379, 8265, 10001]
+    group = obj["spec"]["workerGroupSpecs"][0]
+    assert group["replicas"] == 2 and group["rayStartParams"]["num-gpus"] == "4"
+    w = _worker(obj)
+    assert w["resources"]["limits"] == {"nvidia.com/gpu": "4", "vpc.amazonaws.com/efa": "1", "cpu": "40",
+                                        "memory": "160Gi"}
+    assert _env(w) == {"NCCL_DEBUG": "INFO", "NCCL_SOCKET_IFNAME": "eth0", "FI_PROVIDER": "efa",
+                       "NCCL_NET_PLUGIN": "ofi"}  # g6: EFA without GPUDirect RDMA
+    shm = next(v for v in obj["spec"]["workerGroupSpecs"][0]["template"]["spec"]["volumes"] if v["name"] == "dshm")
+    assert shm["emptyDir"]["medium"] == "Memory"
+
+
+def test_one_variable_moves_to_another_instance() -> None:
+    p5 = _worker(render(overrides={"GPU_NODE_TYPE": "p5.48xlarge"}))
+    assert p5["resources"]["requests"]["nvidia.com/gpu"] == "8"
+    assert p5["resources"]["requests"]["vpc.amazonaws.com/efa"] == "32"
+    assert _env(p5)["FI_EFA_USE_DEVICE_RDMA"] == "1"
+    p4d = render(overrides={"GPU_NODE_TYPE": "p4d.24xlarge"})
+    assert p4d["spec"]["workerGroupSpecs"][0]["rayStartParams"]["num-gpus"] == "8"
+    assert _worker(p4d)["resources"]["requests"]["vpc.amazonaws.com/efa"] == "4"
+
+
+def test_an_instance_without_efa_drops_the_request_and_the_variables() -> None:
+    w = _worker(render(overrides={"GPU_NODE_TYPE": "g6e.12xlarge"}))
+    assert "vpc.amazonaws.com/efa" not in w["resources"]["requests"]
+    assert "vpc.amazonaws.com/efa" not in w["resources"]["limits"]
+    assert "FI_PROVIDER" not in _env(w) and "NCCL_NET_PLUGIN" not in _env(w) and _env(w)["NCCL_DEBUG"] == "INFO"
+
+
+def test_explicit_overrides_win_over_the_preset() -> None:
+    w = _worker(render(overrides={"GPU_NODE_TYPE": "p5.48xlarge", "WORKER_CPU": "100"}))
+    assert w["resources"]["requests"]["cpu"] == "100" and w["resources"]["requests"]["nvidia.com/gpu"] == "8"
+
+
+def test_unknown_instance_type_and_missing_values_are_clear_errors(tmp_path: Path) -> None:
+    with pytest.raises(ManifestError) as ei:
+        render(overrides={"GPU_NODE_TYPE": "g9.huge"})
+    assert "g9.huge" in ei.value.message and "p5.48xlarge" in ei.value.message
+    bad = tmp_path / "values.env"
+    bad.write_text("GPU_NODE_TYPE=g6.12xlarge\nthis is not a value\n")
+    with pytest.raises(ManifestError, match="Line 2"):
+        load_values(bad)
+    partial = tmp_path / "partial.env"
+    partial.write_text("GPU_NODE_TYPE=g6.12xlarge\n")
+    with pytest.raises(ManifestError, match="DLC_IMAGE"):
+        render(load_values(partial))
+
+
+@pytest.mark.skipif(shutil.which("envsubst") is None, reason="envsubst (gettext-base) is not installed")
+def test_plain_envsubst_gives_the_same_cluster() -> None:
+    env = {**os.environ, **load_values()}
+    text = subprocess.run(["envsubst"], input=(MANIFESTS / "raycluster.yaml").read_text(), env=env,
+                          capture_output=True, text=True, check=True).stdout
+    theirs = yaml.safe_load(text)
+    ours = render()
+    ours["metadata"].pop("annotations")
+    assert theirs == ours
+
+
+@pytest.mark.skipif(not CRD_FILES, reason="the KubeRay CRDs (shared/reference/crds) are not beside this checkout")
+@pytest.mark.parametrize("itype", ["g6.12xlarge", "g6e.12xlarge", "p4d.24xlarge", "p5.48xlarge", "p5e.48xlarge",
+                                   "p5en.48xlarge", "p6-b200.48xlarge"])
+def test_every_preset_validates_against_kuberay_v140_and_v170(itype: str) -> None:
+    assert {p.name for p in CRD_FILES} >= {"ray.io_rayclusters.v1.4.0.yaml", "ray.io_rayclusters.v1.7.0.yaml"}
+    obj = render(overrides={"GPU_NODE_TYPE": itype})
+    for crd in CRD_FILES:
+        validate(obj, crd)
+
+
+@pytest.mark.skipif(not CRD_FILES, reason="the KubeRay CRDs (shared/reference/crds) are not beside this checkout")
+def test_validation_names_what_is_wrong() -> None:
+    obj = render()
+    obj["spec"]["workerGroupSpecs"][0]["replicas"] = "two"
+    with pytest.raises(ManifestError) as ei:
+        validate(obj, CRD_FILES[0])
+    assert "workerGroupSpecs.0.replicas" in ei.value.message
