@@ -205,8 +205,11 @@ class Run:
         """Raise :class:`TrainingFailedError` / :class:`RunAborted` unless the run succeeded."""
         if self.status == "failed":
             err = self.error
-            raise TrainingFailedError(str(err) if err else "The run failed.", run=self,
-                                      fix="fix the cell and run it again; run.metrics holds what was reported.")
+            nccl = bool(err and "NCCL on rank" in err.detail)
+            raise TrainingFailedError(
+                str(err) if err else "The run failed.", run=self,
+                fix="the NCCL note above says what is missing; %raycluster doctor checks the cluster's side"
+                if nccl else "fix the cell and run it again; run.metrics holds what was reported.")
         if self.status == "aborted":
             raise RunAborted(f"Run {self.name} aborted at step {self.step}; its workers were stopped.", run=self)
         return self
@@ -322,7 +325,7 @@ class Run:
         """The first NCCL error verdict of the run, if any: often the real reason a GPU run failed."""
         for rank, s in sorted(self.nccl.items()):
             if s.get("severity") == "error" and s.get("messages"):
-                return f"NCCL on rank {rank}: {s['messages'][0]}"
+                return f"NCCL on rank {rank}: " + " ".join(s["messages"][:2])
         return ""
 
     def _assemble_error(self, out: dict[str, Any]) -> RunError:

@@ -144,3 +144,16 @@ def test_h200_socket_case_explains_why_one_machine_shows_two_nodes() -> None:
 def test_h200_ofi_missing_names_the_missing_library() -> None:
     s = parse_file(str(sorted(H200.glob("proof-ofi-missing.*.log"))[0]))
     assert any("libnccl-net-ofi.so" in m for m in s.messages)
+
+
+def test_h200_strict_efa_capture_is_an_error_that_names_nccl_net() -> None:
+    """--strict-efa on a machine without EFA (NCCL_NET=Libfabric): NCCL refuses to start, and the verdict says why.
+
+    NCCL 2.28.9 does not echo NCCL_NET in its log; the worker's watcher passes the process environment, as here."""
+    files = sorted(H200.glob("proof-strict-efa.*.log"))
+    assert len(files) == 2
+    for f in files:
+        s = parse_file(str(f), env={"NCCL_NET": "Libfabric"})
+        assert s.severity == "error" and s.fallback
+        assert "could not initialise any network plugin" in s.messages[0]
+        assert any("NCCL_NET=Libfabric forbids any other network" in m for m in s.messages)
