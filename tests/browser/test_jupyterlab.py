@@ -42,6 +42,10 @@ def lab(tmp_path: Path) -> Iterator[str]:
     settings = tmp_path / "lab-settings" / "@jupyterlab" / "notebook-extension"
     settings.mkdir(parents=True)
     (settings / "tracker.jupyterlab-settings").write_text(json.dumps({"windowingMode": "none"}))
+    notes = tmp_path / "lab-settings" / "@jupyterlab" / "apputils-extension"
+    notes.mkdir(parents=True)  # no "get Jupyter news?" toast over the page
+    (notes / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false",
+                                                                       "checkForUpdates": False}))
     port = _free_port()
     env = {**os.environ, "RAYNB_HOME": str(tmp_path / "raynb-home"),
            "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "lab-settings"), "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt")}
@@ -77,6 +81,33 @@ def _runs(page) -> list[dict]:  # noqa: ANN001
                                            || 0)}))""")
 
 
+def _kernel_busy_or_done(page, timeout_s: float) -> bool:  # noqa: ANN001
+    """Did execution start? The kernel indicator goes busy, or cells get execution counts."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if page.locator(".jp-Notebook-ExecutionIndicator[data-status='busy']").count() or \
+                page.locator(".jp-InputPrompt:has-text('[1]')").count() or \
+                page.locator(".jp-InputPrompt:has-text('[*]')").count():
+            return True
+        time.sleep(0.25)
+    return False
+
+
+def _run_all(page, artifacts: Path) -> None:  # noqa: ANN001
+    """Run all cells through the Run menu; if execution does not start, through the command palette."""
+    page.get_by_role("menuitem", name="Run", exact=True).click()
+    page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+    if _kernel_busy_or_done(page, 30):
+        return
+    page.screenshot(path=str(artifacts / "jupyterlab-run-all-retry.png"))
+    page.keyboard.press("Escape")
+    page.locator(".jp-Notebook").first.click()
+    page.keyboard.press("Control+Shift+c")
+    page.keyboard.type("Run All Cells")
+    page.keyboard.press("Enter")
+    assert _kernel_busy_or_done(page, 60), "JupyterLab did not start running the notebook"
+
+
 def test_live_chart_grows_in_jupyterlab(lab: str, artifacts: Path) -> None:
     from playwright.sync_api import sync_playwright
 
@@ -86,8 +117,7 @@ def test_live_chart_grows_in_jupyterlab(lab: str, artifacts: Path) -> None:
         page.goto(f"{lab}/lab/tree/quickstart.ipynb")
         page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
         page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=90_000)
-        page.get_by_role("menuitem", name="Run", exact=True).click()
-        page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+        _run_all(page, artifacts)
 
         seen: list[tuple[str, int]] = []  # (status, loss points) of the first run while it goes
         shots = 0
@@ -107,6 +137,7 @@ def test_live_chart_grows_in_jupyterlab(lab: str, artifacts: Path) -> None:
                 if first["status"] in ("succeeded", "failed", "aborted"):
                     break
             time.sleep(0.25)
+        page.screenshot(path=str(artifacts / "jupyterlab-page.png"), full_page=False)
         running_points = [pts for status, pts in seen if status == "running" and pts > 0]
         assert len(set(running_points)) >= 2 and running_points == sorted(running_points), seen[-20:]
         final = _runs(page)[0]
