@@ -94,7 +94,13 @@ def _kernel_busy_or_done(page, timeout_s: float) -> bool:  # noqa: ANN001
 
 
 def _run_all(page, artifacts: Path) -> None:  # noqa: ANN001
-    """Run all cells through the Run menu; if execution does not start, through the command palette."""
+    """Run all cells through the Run menu; if execution does not start, through the command palette.
+
+    Seen on a fresh JupyterLab: the toolbar says idle before the kernel session is connected, and a Run All in that
+    window selects every cell but runs none. The status bar's "| Idle" comes with the session.
+    """
+    page.wait_for_selector(".jp-StatusBar-TextItem:has-text('| Idle')", timeout=90_000)
+    time.sleep(1)
     page.get_by_role("menuitem", name="Run", exact=True).click()
     page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
     if _kernel_busy_or_done(page, 30):
