@@ -126,7 +126,7 @@ def test_token_auth_head_is_detected_instead_of_hanging(tmp_path: Path) -> None:
         out = results["fresh"]
         assert "requires token authentication" in out["no_token"] and "~/.ray/auth_token" in out["no_token"]
         assert out["no_token_s"] < 5  # not the 30 s hang
-        assert out["mode"] == "token" and out["cpus"] == 1.0 and out["connected_s"] < 30
+        assert out["mode"] == "token" and out["cpus"] == 1.0  # connected, in token mode
         late = results["imported-first"]
         assert "RAY_AUTH_MODE=token" in late["late"] and "restart the kernel" in late["late"]
         assert late["late_s"] < 5
