@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import os
 import re
 import sys
 import time
@@ -38,7 +39,8 @@ class Summary:
             lines.append(f"  run {r['name']}: {r['status']} at step {r['step']} ({r['records']} reports)")
         for e in self.errors:
             lines.append(f"  expected error: {e}")
-        lines.append(f"open it in JupyterLab: jupyter lab {self.output}")
+        jupyter = os.path.relpath(Path(sys.executable).with_name("jupyter"))
+        lines.append(f"open it in JupyterLab: {jupyter} lab {self.output}")
         return "\n".join(lines)
 
 
