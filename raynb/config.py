@@ -10,7 +10,7 @@ from typing import Any, get_args, get_type_hints
 
 from .errors import UsageError
 
-__all__ = ["Settings", "resolve", "ENV_PREFIX"]
+__all__ = ["Settings", "resolve", "parse_assignments", "ENV_PREFIX"]
 
 ENV_PREFIX = "RAYNB_"
 
@@ -105,3 +105,14 @@ def resolve(
     if "nccl" in chosen and chosen["nccl"] not in {"summary", "full", "off"}:
         raise UsageError(f"nccl must be summary, full or off, not {chosen['nccl']!r}.")
     return dataclasses.replace(Settings(), **chosen)
+
+
+def parse_assignments(items: list[str], flag: str) -> dict[str, str]:
+    """``["K=V", ...]`` from repeated ``--env``/``--set`` flags; ``flag`` names the flag in the error."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"{flag} takes KEY=VALUE, not {item!r}")
+        out[key] = value
+    return out

@@ -16,7 +16,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from traitlets import Bool, Float, Integer, Unicode
 from traitlets.config import Configurable
 
-from .config import Settings, resolve
+from .config import Settings, parse_assignments, resolve
 from .errors import RunAborted, UsageError
 
 __all__ = ["RayNB", "RayNBMagics", "register", "unregister"]
@@ -177,12 +177,7 @@ class RayNBMagics(Magics):
         if cmd == "render":
             from .manifest import load_values, render_yaml
 
-            overrides = {}
-            for item in args.overrides:
-                key, sep, value = item.partition("=")
-                if not sep:
-                    raise UsageError(f"%raycluster render: --set takes KEY=VALUE, not {item!r}")
-                overrides[key] = value
+            overrides = parse_assignments(args.overrides, "%raycluster render: --set")
             print(render_yaml(load_values(args.values), overrides), end="")
             return None
         cur = C.current()
@@ -221,12 +216,7 @@ class RayNBMagics(Magics):
             raise UsageError(f"%%raytrain: {e}") from None
         if args.out is not None and not args.out.isidentifier():
             raise UsageError(f"%%raytrain: --out needs a variable name, not {args.out!r}")
-        env = {}
-        for item in args.env:
-            key, sep, value = item.partition("=")
-            if not sep or not key:
-                raise UsageError(f"%%raytrain: --env takes KEY=VALUE, not {item!r}")
-            env[key] = value
+        env = parse_assignments(args.env, "%%raytrain: --env")
         config: dict[str, Any] = {}
         if config_expr is not None:
             try:

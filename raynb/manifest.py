@@ -156,15 +156,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--values", help="values file (default: manifests/values.env)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides")
     args = ap.parse_args(argv)
+    from .config import parse_assignments
+
     try:
-        overrides = {}
-        for item in args.overrides:
-            key, sep, value = item.partition("=")
-            if not sep:
-                raise ManifestError(f"--set takes KEY=VALUE, not {item!r}")
-            overrides[key] = value
-        sys.stdout.write(render_yaml(load_values(args.values), overrides))
-    except ManifestError as e:
+        sys.stdout.write(render_yaml(load_values(args.values), parse_assignments(args.overrides, "--set")))
+    except RaynbError as e:
         print(e.message, file=sys.stderr)
         return 2
     return 0

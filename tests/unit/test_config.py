@@ -34,3 +34,13 @@ def test_bad_values_say_where_they_came_from() -> None:
         resolve({"gpu": "perhaps"}, env={})
     with pytest.raises(UsageError, match="nccl"):
         resolve({"nccl": "loud"}, env={})
+
+
+def test_parse_assignments_for_env_and_set_flags() -> None:
+    from raynb.config import parse_assignments
+
+    assert parse_assignments(["A=1", "B=x=y", "C="], "--env") == {"A": "1", "B": "x=y", "C": ""}
+    with pytest.raises(UsageError, match="--set takes KEY=VALUE, not 'oops'"):
+        parse_assignments(["oops"], "--set")
+    with pytest.raises(UsageError):
+        parse_assignments(["=v"], "--env")
