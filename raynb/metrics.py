@@ -12,7 +12,7 @@ import asyncio
 import collections
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["report", "Reporter", "MetricsSink", "MetricStream", "current_reporter"]
@@ -233,6 +233,3 @@ class MetricStream:
             except Exception as e:  # noqa: BLE001
                 self.error = e
 
-
-def records_of(events: Iterable[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
-    return [e for e in events if e.get("kind") == kind]

@@ -9,13 +9,10 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from .series import Series, _num
+from .series import _COUNT_KEYS, _NOT_PLOTTED, _RATE_KEYS, Series, _num
 
 __all__ = ["Aggregate", "aggregate_of"]
 
-_RATE_KEYS = (("tokens_per_s", "tokens/s"), ("samples_per_s", "samples/s"), ("throughput", "items/s"))
-_COUNT_KEYS = (("tokens", "tokens/s"), ("samples", "samples/s"))
-_NOT_PLOTTED = {"rank", "step", "time", "samples", "tokens", "samples_per_s", "tokens_per_s", "throughput", "epoch"}
 
 
 class Aggregate:

@@ -7,6 +7,7 @@ import html
 from typing import Any
 
 from . import series as S
+from .series import _NOT_PLOTTED
 from .aggregate import aggregate_of
 from .svg import line_chart
 
@@ -14,7 +15,6 @@ __all__ = ["run_html", "run_text", "primary_metric"]
 
 _PHASE_COLORS = {"starting workers": "#6c757d", "running": "#0d6efd", "succeeded": "#198754", "failed": "#dc3545",
                  "aborted": "#fd7e14", "pending": "#6c757d"}
-_NOT_PLOTTED = {"rank", "step", "time", "samples", "tokens", "samples_per_s", "tokens_per_s", "throughput", "epoch"}
 
 
 def _elapsed(seconds: float) -> str:
