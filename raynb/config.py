@@ -43,6 +43,11 @@ class Settings:
     strict_efa: bool = False
     #: Where Ray Train keeps run state and checkpoints (None: Ray's default, ~/ray_results).
     storage_path: str | None = None
+    #: Kubernetes: kubeconfig context (None: the current one) and namespace (None: NAMESPACE from the values file).
+    kube_context: str | None = None
+    kube_namespace: str | None = None
+    #: How long `up` waits for a Kubernetes RayCluster (pulling the DLC image onto new GPU nodes takes minutes).
+    kube_start_timeout_s: float = 900.0
 
 
 _HINTS = get_type_hints(Settings)

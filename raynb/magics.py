@@ -41,6 +41,12 @@ class RayNB(Configurable):
     nccl = Unicode(None, allow_none=True, help="NCCL logging: summary, full or off.").tag(config=True)
     strict_efa = Bool(None, allow_none=True, help="Fail runs whose NCCL fell back to sockets.").tag(config=True)
     storage_path = Unicode(None, allow_none=True, help="Ray Train storage path.").tag(config=True)
+    kube_context = Unicode(None, allow_none=True, help="Kubernetes context (default: the current one).").tag(
+        config=True)
+    kube_namespace = Unicode(None, allow_none=True, help="Kubernetes namespace (default: the values file's).").tag(
+        config=True)
+    kube_start_timeout_s = Float(None, allow_none=True, help="How long `up` waits for a Kubernetes RayCluster.").tag(
+        config=True)
 
     def values(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.trait_names(config=True) if getattr(self, k) is not None}
@@ -91,8 +97,26 @@ def _cluster_parser() -> _Parser:
     upp.add_argument("--num-gpus", type=int)
     upp.add_argument("--timeout", type=float)
     upp.add_argument("--no-dashboard", action="store_true", default=None, help="start the head without Ray's dashboard")
-    sub.add_parser("down", help="stop the cluster and everything it started")
-    sub.add_parser("status", help="nodes, CPUs, GPUs, dashboard link")
+    k = upp.add_argument_group("Kubernetes (any of these creates the DLC RayCluster instead of the local cluster)")
+    k.add_argument("--k8s", action="store_true", help="the DLC RayCluster with the default values file")
+    k.add_argument("--values", help="values file (default: manifests/values.env)")
+    k.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides")
+    k.add_argument("--context", help="kubeconfig context (default: the current one)")
+    k.add_argument("--namespace", help="namespace (default: NAMESPACE in the values file)")
+    k.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+    k.add_argument("--recreate", action="store_true", help="replace a RayCluster whose spec differs")
+    k.add_argument("--no-connect", action="store_true", help="create and wait, but do not connect this kernel")
+    dn = sub.add_parser("down", help="stop the cluster and everything it started")
+    dn.add_argument("name", nargs="?", help="a RayCluster to delete (default: this kernel's cluster)")
+    dn.add_argument("--namespace")
+    dn.add_argument("--context")
+    sub.add_parser("status", help="nodes, CPUs, GPUs, pods, dashboard link")
+    ls = sub.add_parser("list", help="the embedded cluster and the RayClusters of the kubeconfig's context")
+    ls.add_argument("--namespace", help="one namespace (default: all)")
+    ls.add_argument("--context")
+    lg = sub.add_parser("logs", help="container log of the head or a worker pod (Kubernetes)")
+    lg.add_argument("which", nargs="?", default="head", help="head, worker-N or a pod name")
+    lg.add_argument("--tail", type=int, default=200)
     sub.add_parser("dashboard", help="the Ray dashboard link")
     sub.add_parser("doctor", help="preflight checks, each with a fix")
     r = sub.add_parser("render", help="print the DLC RayCluster YAML that `up --values` would apply")
@@ -153,11 +177,15 @@ class RayNBMagics(Magics):
         self.options = RayNB(parent=shell)
 
     def _settings(self, flags: dict[str, Any]) -> Settings:
-        return resolve(flags, self.options.values())
+        from .cluster import current
+
+        cur = current()
+        return resolve(flags, self.options.values(), values=cur.values_layer() if cur is not None else None)
 
     @line_magic
     def raycluster(self, line: str) -> Any:
-        """%raycluster up [--local] | down | status | dashboard"""
+        """%raycluster up [--local | --k8s --values F --set K=V ...] | down [NAME] | status | list | logs [POD] |
+        dashboard | doctor | bench | render"""
         from . import cluster as C
 
         try:
@@ -166,13 +194,33 @@ class RayNBMagics(Magics):
             raise UsageError(f"%raycluster: {e}") from None
         cmd = args.command or "status"
         if cmd == "up":
+            kube = bool(args.k8s or args.values or args.overrides or args.context or args.namespace
+                        or args.kubeconfig or args.recreate or args.no_connect)
+            if kube and args.local:
+                raise UsageError("%raycluster up: --local cannot be combined with Kubernetes options",
+                                 fix="drop --local to create the RayCluster, or drop the Kubernetes options")
+            if kube:
+                settings = self._settings({"kube_start_timeout_s": args.timeout, "kube_context": args.context,
+                                           "kube_namespace": args.namespace})
+                return C.up(local=False, values=args.values,
+                            set=parse_assignments(args.overrides, "%raycluster up: --set"),
+                            kubeconfig=args.kubeconfig, recreate=args.recreate, connect=not args.no_connect,
+                            settings=settings)
             settings = self._settings({"local_num_cpus": args.num_cpus, "local_num_gpus": args.num_gpus,
                                        "start_timeout_s": args.timeout,
                                        "local_dashboard": False if args.no_dashboard else None})
             return C.up(local=True, settings=settings)
         if cmd == "down":
-            stopped = C.down()
-            print("cluster stopped" if stopped else "no cluster was running")
+            stopped = C.down(args.name, namespace=args.namespace, context=args.context)
+            if args.name is None:
+                print("cluster stopped" if stopped else "no cluster was running")
+            return None
+        if cmd == "list":
+            rows = C.clusters(namespace=args.namespace, context=args.context)
+            if not rows:
+                print("no clusters")
+            for r in rows:
+                print(f"{r['name']:<24} {r['namespace']:<12} {r['kind']:<10} {r['state']}  ({r['image']})")
             return None
         if cmd == "render":
             from .manifest import load_values, render_yaml
@@ -186,6 +234,9 @@ class RayNBMagics(Magics):
 
             raise NotConnectedError("This kernel is not connected to a Ray cluster.",
                                     fix="run `%raycluster up --local` first.")
+        if cmd == "logs":
+            print(cur.logs(args.which, tail=args.tail))
+            return None
         if cmd == "doctor":
             from .preflight import doctor
 

@@ -498,11 +498,15 @@ def _start_payload(payload: bytes, settings: Settings, *, config: dict[str, Any]
     user_env = {**(worker_env_extra or {}), **(env or {})}
     nccl = nccl_worker_env(settings.nccl, name, strict_efa=settings.strict_efa, user_env=user_env) \
         if settings.gpu else user_env
+    from .cluster import current
+
+    cl = current()
+    expect_efa, gdr_expected = cl.efa_expected() if cl is not None else (False, None)
     spec = RunSpec(
         workers=settings.workers, gpu=settings.gpu, cpus_per_worker=settings.cpus_per_worker,
         config=dict(config or {}), name=name, worker_env={**worker_env_defaults(), **nccl},
         storage_path=settings.storage_path, cell_file=cell_file, cell_source=cell_source, cwd=cwd,
-        user_env=user_env,
+        user_env=user_env, expect_efa=expect_efa, gdr_expected=gdr_expected,
     )
     run = Run(spec, settings)
     global _active

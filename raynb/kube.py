@@ -1,0 +1,485 @@
+"""Every Kubernetes API call raynb makes: config, server-side apply, readiness, diagnostics, status, logs, delete.
+
+Knows RayClusters, pods, nodes and events; knows nothing of Ray Train. Each API error is turned into a
+:class:`KubeError` that names what was refused and what to do (RBAC verb and resource, missing CRD, missing namespace,
+unreachable API server, expired credentials).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ClusterStartError, RaynbError
+from .pod_diagnosis import Diagnosis, diagnose_pods, is_hopeless
+
+__all__ = ["KubeError", "Target", "connect_api", "RayClusterRef", "apply_raycluster", "get_raycluster",
+           "spec_differences", "wait_ready", "delete_raycluster", "list_rayclusters", "head_pod_name", "pods",
+           "nodes", "pod_logs", "KubeStatus", "PodRow", "NodeRow", "kube_status", "FIELD_MANAGER"]
+
+GROUP, VERSION, PLURAL = "ray.io", "v1", "rayclusters"
+FIELD_MANAGER = "raynb"
+OPERATOR_INSTALL = ("helm repo add kuberay https://ray-project.github.io/kuberay-helm/ && helm install kuberay-operator "
+                    "kuberay/kuberay-operator --version 1.4.0 -n kuberay-operator --create-namespace")
+_SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+class KubeError(RaynbError):
+    """Kubernetes refused or could not do what raynb asked."""
+
+
+@dataclass
+class Target:
+    """A Kubernetes API client and where it points."""
+
+    api: Any
+    server: str
+    context: str | None
+    user: str | None
+    default_namespace: str | None
+
+    def where(self) -> str:
+        return f"context {self.context!r} ({self.server})" if self.context else self.server
+
+
+def connect_api(*, context: str | None = None, kubeconfig: str | None = None) -> Target:
+    """Kubeconfig (``KUBECONFIG`` or ~/.kube/config; ``context`` or the current one), else the in-cluster config."""
+    from kubernetes import client, config
+
+    path = kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or str(Path.home() / ".kube" / "config")
+    if Path(path).is_file():
+        try:
+            contexts, active = config.list_kube_config_contexts(config_file=path)
+        except config.ConfigException as e:
+            raise KubeError(f"The kubeconfig {path} cannot be read: {e}",
+                            fix="regenerate it, e.g. `aws eks update-kubeconfig --name <cluster> --region <region>`") \
+                from None
+        names = [c["name"] for c in contexts]
+        if context is not None and context not in names:
+            raise KubeError(f"The kubeconfig has no context {context!r}.", saw=f"contexts in {path}: "
+                            + (", ".join(names) or "none"), fix="pass one of those with --context")
+        chosen = next(c for c in contexts if c["name"] == (context or active["name"]))
+        api = config.new_client_from_config(config_file=path, context=chosen["name"])
+        return Target(api, api.configuration.host, chosen["name"], chosen["context"].get("user"),
+                      chosen["context"].get("namespace"))
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        cfg = client.Configuration()
+        config.load_incluster_config(client_configuration=cfg)
+        ns = _SA_NAMESPACE.read_text().strip() if _SA_NAMESPACE.exists() else None
+        return Target(client.ApiClient(cfg), cfg.host, None, "in-cluster service account", ns)
+    raise KubeError("No Kubernetes configuration found.",
+                    saw=f"no file at {path} (KUBECONFIG={os.environ.get('KUBECONFIG', '') or 'unset'}), and this "
+                    "kernel is not running inside a pod",
+                    fix="write a kubeconfig (`aws eks update-kubeconfig --name <cluster> --region <region>`), or pass "
+                    "--kubeconfig FILE; `%raycluster up --local` needs none")
+
+
+def _status_of(e: Exception) -> int:
+    return int(getattr(e, "status", 0) or 0)
+
+
+def _message_of(e: Exception) -> str:
+    import json
+
+    body = getattr(e, "body", None)
+    try:
+        return str(json.loads(body)["message"]) if body else str(getattr(e, "reason", e))
+    except (ValueError, KeyError, TypeError):
+        return str(body or e)
+
+
+@contextmanager
+def api_call(target: Target, verb: str, resource: str, namespace: str | None) -> Iterator[None]:
+    """Translate the API's refusals into errors a notebook user can act on."""
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    where = f" in namespace {namespace!r}" if namespace else ""
+    try:
+        yield
+    except ApiException as e:
+        status, msg = _status_of(e), _message_of(e)
+        if status == 403:
+            who = target.user or "this identity"
+            raise KubeError(
+                f"Kubernetes does not allow {who} to {verb} {resource}{where}.",
+                saw=msg,
+                fix=f"ask a cluster admin for a Role granting `{verb}` on `{resource}`{where}; manifests/rbac.yaml "
+                f"lists everything raynb needs (kubectl apply -f manifests/rbac.yaml -n {namespace or 'NAMESPACE'})",
+            ) from None
+        if status == 401:
+            raise KubeError(f"The Kubernetes API at {target.server} rejected the credentials.", saw=msg,
+                            fix="refresh them (`aws eks update-kubeconfig ...`, or log in again), then rerun") \
+                from None
+        if status == 404 and namespace and f'namespaces "{namespace}" not found' in msg:
+            raise KubeError(f"The namespace {namespace!r} does not exist.", saw=msg,
+                            fix=f"`kubectl create namespace {namespace}`, or pick another with --namespace / "
+                            "NAMESPACE=... in the values file") from None
+        if status == 404 and resource.endswith("ray.io") and "the server could not find the requested resource" \
+                in msg:
+            raise _no_crd(target) from None
+        if status == 400 and "no logs found" in msg:
+            raise KubeError("The container has not written any log yet.", saw=msg,
+                            fix="wait for it to start; `%raycluster status` shows the pod's phase") from None
+        if status == 0:
+            raise KubeError(f"Cannot reach the Kubernetes API server at {target.server}.", saw=msg,
+                            fix="check the network path (VPN, security groups) and the kubeconfig's server URL") \
+                from None
+        raise
+    except HTTPError as e:
+        raise KubeError(f"Cannot reach the Kubernetes API server at {target.server}.", saw=f"{type(e).__name__}: {e}",
+                        fix="check the network path (VPN, security groups) and the kubeconfig's server URL") from None
+
+
+def _no_crd(target: Target) -> KubeError:
+    return KubeError("The KubeRay operator is not installed on this cluster: the RayCluster resource (ray.io/v1) is "
+                     "unknown.", saw=f"the API server at {target.server} serves no ray.io/v1 rayclusters",
+                     fix=f"install the operator (it brings the CRD): {OPERATOR_INSTALL}")
+
+
+def ensure_crd(target: Target) -> None:
+    """Fail with install instructions unless the API serves ray.io/v1 rayclusters (discovery needs no RBAC)."""
+    from kubernetes import client
+
+    with api_call(target, "discover", "API groups", None):
+        groups = client.ApisApi(target.api).get_api_versions().groups or []
+    ray = next((g for g in groups if g.name == GROUP), None)
+    if ray is None or not any(v.version == VERSION for v in ray.versions):
+        raise _no_crd(target)
+
+
+@dataclass(frozen=True)
+class RayClusterRef:
+    name: str
+    namespace: str
+
+
+def _custom(target: Target) -> Any:
+    from kubernetes import client
+
+    return client.CustomObjectsApi(target.api)
+
+
+def _core(target: Target) -> Any:
+    from kubernetes import client
+
+    return client.CoreV1Api(target.api)
+
+
+def _plain(target: Target, obj: Any) -> Any:
+    return obj if isinstance(obj, dict) else target.api.sanitize_for_serialization(obj)
+
+
+def get_raycluster(target: Target, ref: RayClusterRef) -> dict[str, Any] | None:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        with api_call(target, "get", "rayclusters.ray.io", ref.namespace):
+            return _plain(target, _custom(target).get_namespaced_custom_object(GROUP, VERSION, ref.namespace, PLURAL,
+                                                                              ref.name))
+    except ApiException as e:
+        if _status_of(e) == 404:
+            return None
+        raise
+
+
+def apply_raycluster(target: Target, obj: Mapping[str, Any]) -> dict[str, Any]:
+    """Server-side apply (field manager ``raynb``): what ``kubectl apply --server-side`` does with the same YAML."""
+    md = obj["metadata"]
+    with api_call(target, "patch", "rayclusters.ray.io", md["namespace"]):
+        out = _custom(target).patch_namespaced_custom_object(
+            GROUP, VERSION, md["namespace"], PLURAL, md["name"], dict(obj), field_manager=FIELD_MANAGER,
+            force=True, _content_type="application/apply-patch+yaml")
+    return _plain(target, out)
+
+
+def spec_differences(wanted: Any, live: Any, path: str = "spec") -> list[str]:
+    """Where ``live`` differs from ``wanted`` (fields only the server added are not differences)."""
+    if isinstance(wanted, Mapping):
+        if not isinstance(live, Mapping):
+            return [f"{path}: {live!r} → {dict(wanted)!r}"]
+        out: list[str] = []
+        for k, v in wanted.items():
+            out += spec_differences(v, live.get(k), f"{path}.{k}")
+        return out
+    if isinstance(wanted, list):
+        if not isinstance(live, list) or len(live) != len(wanted):
+            return [f"{path}: {_short(live)} → {_short(wanted)}"]
+        out = []
+        for i, (w, lv) in enumerate(zip(wanted, live)):
+            out += spec_differences(w, lv, f"{path}[{i}]")
+        return out
+    if str(wanted) != str(live):
+        return [f"{path}: {live!r} → {wanted!r}"]
+    return []
+
+
+def _short(v: Any) -> str:
+    s = repr(v)
+    return s if len(s) < 80 else s[:77] + "..."
+
+
+def _conditions(rc: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    return {c.get("type", ""): c for c in (rc.get("status") or {}).get("conditions") or []}
+
+
+def _desired_workers(rc: Mapping[str, Any]) -> int:
+    st = rc.get("status") or {}
+    if st.get("desiredWorkerReplicas") is not None:
+        return int(st["desiredWorkerReplicas"])
+    return sum(int(g.get("replicas", 0)) for g in rc.get("spec", {}).get("workerGroupSpecs", []))
+
+
+def readiness(rc: Mapping[str, Any]) -> tuple[bool, str]:
+    """(ready, one-line state) from ``status.conditions`` (KubeRay >= 1.3), else the deprecated ``status.state``."""
+    conds = _conditions(rc)
+    st = rc.get("status") or {}
+    ready_w, want_w = int(st.get("readyWorkerReplicas") or 0), _desired_workers(rc)
+    if conds:
+        head = conds.get("HeadPodReady", {}).get("status") == "True"
+        prov = conds.get("RayClusterProvisioned", {}).get("status") == "True"
+        line = f"head {'ready' if head else 'not ready'} · workers {ready_w}/{want_w} ready"
+        return head and prov and ready_w >= want_w, line
+    state = st.get("state") or "pending"
+    return state == "ready" and ready_w >= want_w, f"state {state} · workers {ready_w}/{want_w} ready"
+
+
+def pods(target: Target, ref: RayClusterRef) -> list[dict[str, Any]]:
+    with api_call(target, "list", "pods", ref.namespace):
+        items = _core(target).list_namespaced_pod(ref.namespace, label_selector=f"ray.io/cluster={ref.name}").items
+    return sorted((_plain(target, p) for p in items),
+                  key=lambda p: (p["metadata"].get("labels", {}).get("ray.io/node-type") != "head",
+                                 p["metadata"]["name"]))
+
+
+def _events_by_pod(target: Target, namespace: str) -> dict[str, list[dict[str, Any]]]:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        items = _core(target).list_namespaced_event(namespace, field_selector="involvedObject.kind=Pod").items
+    except ApiException:  # events are a nicety: without RBAC for them the pod conditions still speak
+        return {}
+    out: dict[str, list[dict[str, Any]]] = {}
+    for e in items:
+        d = _plain(target, e)
+        out.setdefault(d.get("involvedObject", {}).get("name", ""), []).append(d)
+    return out
+
+
+def diagnose(target: Target, ref: RayClusterRef) -> list[Diagnosis]:
+    return diagnose_pods(pods(target, ref), _events_by_pod(target, ref.namespace))
+
+
+def wait_ready(target: Target, ref: RayClusterRef, *, timeout: float,
+               progress: Callable[[str], None] = print, poll: float = 1.0) -> dict[str, Any]:
+    """Wait until the head and every worker are ready; explain pending pods as it goes; never wait forever."""
+    t0 = time.monotonic()
+    last_line, said, diags = "", set(), []
+    rc: dict[str, Any] | None = None
+    while True:
+        rc = get_raycluster(target, ref)
+        if rc is None:
+            raise ClusterStartError(f"The RayCluster {ref.namespace}/{ref.name} disappeared while raynb waited.",
+                                    fix="someone deleted it; run `%raycluster up` again")
+        failure = _conditions(rc).get("ReplicaFailure")
+        if failure and failure.get("status") == "True":
+            raise ClusterStartError(f"KubeRay could not create the pods of {ref.namespace}/{ref.name}.",
+                                    saw=f"{failure.get('reason')}: {failure.get('message')}",
+                                    fix="fix what the message names (often quota, admission policy or RBAC of the "
+                                    "operator), then `%raycluster down` and `%raycluster up`")
+        ok, line = readiness(rc)
+        elapsed = time.monotonic() - t0
+        if ok:
+            progress(f"RayCluster {ref.name} ready after {elapsed:.0f} s ({line})")
+            return rc
+        if line != last_line:
+            progress(f"[{elapsed:4.0f} s] {line}")
+            last_line = line
+        diags = diagnose(target, ref)
+        for d in diags:
+            key = (d.pod, d.reason, d.message)
+            if key not in said:
+                said.add(key)
+                progress(f"[{elapsed:4.0f} s] waiting: {d.line()}")
+        hopeless = [d for d in diags if is_hopeless(d)]
+        if hopeless:
+            raise ClusterStartError(f"The RayCluster {ref.name} cannot start: a pod's image cannot be pulled.",
+                                    saw="\n".join(d.line() for d in hopeless),
+                                    fix="fix DLC_IMAGE (or the registry access), then `%raycluster down` and "
+                                    "`%raycluster up`")
+        if elapsed > timeout:
+            raise ClusterStartError(
+                f"The RayCluster {ref.namespace}/{ref.name} was not ready after {timeout:.0f} s ({line}).",
+                saw="\n".join(d.line() for d in diags) or "no pod reported a problem; the operator may be slow "
+                "(kubectl logs -n kuberay-operator deploy/kuberay-operator)",
+                fix="act on the reasons above; the RayCluster is left in place (`%raycluster status` to watch it, "
+                "`%raycluster down` to remove it, `%raycluster up --timeout SECONDS` to wait longer)")
+        time.sleep(poll)
+
+
+def head_pod_name(target: Target, ref: RayClusterRef) -> str:
+    """The running head pod's name (looked up each time: a replaced head gets a new name)."""
+    for p in pods(target, ref):
+        labels = p["metadata"].get("labels", {})
+        if labels.get("ray.io/node-type") == "head" and not p["metadata"].get("deletionTimestamp"):
+            return str(p["metadata"]["name"])
+    raise KubeError(f"The RayCluster {ref.namespace}/{ref.name} has no head pod.",
+                    fix="`%raycluster status` shows its pods; `%raycluster up` recreates it")
+
+
+def delete_raycluster(target: Target, ref: RayClusterRef, *, timeout: float = 120.0,
+                      progress: Callable[[str], None] = print) -> bool:
+    """Delete the RayCluster and wait until its pods and services are gone. False if there was nothing to delete."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        with api_call(target, "delete", "rayclusters.ray.io", ref.namespace):
+            _custom(target).delete_namespaced_custom_object(
+                GROUP, VERSION, ref.namespace, PLURAL, ref.name,
+                body=client.V1DeleteOptions(propagation_policy="Foreground"))
+    except ApiException as e:
+        if _status_of(e) == 404:
+            return False
+        raise
+    t0 = time.monotonic()
+    while True:
+        left = pods(target, ref)
+        with api_call(target, "list", "services", ref.namespace):
+            svcs = _core(target).list_namespaced_service(ref.namespace,
+                                                         label_selector=f"ray.io/cluster={ref.name}").items
+        rc = get_raycluster(target, ref)
+        if not left and not svcs and rc is None:
+            progress(f"RayCluster {ref.namespace}/{ref.name} deleted ({time.monotonic() - t0:.0f} s)")
+            return True
+        if time.monotonic() - t0 > timeout:
+            raise KubeError(f"The RayCluster {ref.namespace}/{ref.name} was deleted, but {len(left)} pod(s) and "
+                            f"{len(svcs)} service(s) are still there after {timeout:.0f} s.",
+                            saw=", ".join(p["metadata"]["name"] for p in left),
+                            fix="pods stuck in Terminating usually mean an unreachable node; "
+                            "`kubectl get pods -n " + ref.namespace + "` shows them")
+        time.sleep(0.5)
+
+
+def list_rayclusters(target: Target, namespace: str | None) -> list[dict[str, Any]]:
+    c = _custom(target)
+    with api_call(target, "list", "rayclusters.ray.io", namespace):
+        if namespace:
+            items = c.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]
+        else:
+            items = c.list_cluster_custom_object(GROUP, VERSION, PLURAL)["items"]
+    return [_plain(target, i) for i in items]
+
+
+def nodes(target: Target) -> list[dict[str, Any]]:
+    with api_call(target, "list", "nodes", None):
+        return [_plain(target, n) for n in _core(target).list_node().items]
+
+
+def daemonsets(target: Target) -> list[dict[str, Any]]:
+    from kubernetes import client
+
+    with api_call(target, "list", "daemonsets", None):
+        return [_plain(target, d) for d in client.AppsV1Api(target.api).list_daemon_set_for_all_namespaces().items]
+
+
+def pod_logs(target: Target, ref: RayClusterRef, which: str = "head", *, tail: int = 200) -> tuple[str, str]:
+    """(pod name, its container log). ``which``: ``head``, ``worker`` / ``worker-N`` (N-th worker), or a pod name."""
+    all_pods = pods(target, ref)
+    workers = [p for p in all_pods if p["metadata"].get("labels", {}).get("ray.io/node-type") == "worker"]
+    names = [p["metadata"]["name"] for p in all_pods]
+    if which == "head":
+        name = head_pod_name(target, ref)
+    elif which == "worker" or (which.startswith("worker-") and which[7:].isdigit()):
+        i = int(which[7:]) if which != "worker" else 0
+        if i >= len(workers):
+            raise KubeError(f"There is no worker {i}: the cluster has {len(workers)} worker pod(s).",
+                            fix="use worker-0 ... or a pod name from `%raycluster status`")
+        name = workers[i]["metadata"]["name"]
+    elif which in names:
+        name = which
+    else:
+        raise KubeError(f"No pod {which!r} in the RayCluster {ref.name}.", saw=", ".join(names) or "no pods",
+                        fix="use head, worker-N or one of those names")
+    with api_call(target, "get", "pods/log", ref.namespace):
+        text = _core(target).read_namespaced_pod_log(name, ref.namespace, tail_lines=tail)
+    return name, text if isinstance(text, str) else str(text)
+
+
+# ---- status -------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PodRow:
+    name: str
+    role: str
+    phase: str
+    ready: bool
+    node: str
+    gpus: str
+    efa: str
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    name: str
+    instance_type: str
+    zone: str
+    gpus: str  # allocatable nvidia.com/gpu
+    efa: str  # allocatable vpc.amazonaws.com/efa
+    ready: bool
+
+
+@dataclass
+class KubeStatus:
+    ref: RayClusterRef
+    state: str
+    image: str
+    pods: list[PodRow] = field(default_factory=list)
+    nodes: list[NodeRow] = field(default_factory=list)
+
+
+def _pod_row(p: Mapping[str, Any]) -> PodRow:
+    req: dict[str, str] = {}
+    for c in p.get("spec", {}).get("containers", []):
+        req.update((c.get("resources") or {}).get("requests") or {})
+    st = p.get("status") or {}
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in st.get("conditions") or [])
+    phase = st.get("phase", "?")
+    for cs in st.get("containerStatuses") or []:
+        waiting = (cs.get("state") or {}).get("waiting")
+        if waiting:
+            phase = waiting.get("reason", phase)
+    return PodRow(p["metadata"]["name"], p["metadata"].get("labels", {}).get("ray.io/node-type", "?"), phase, ready,
+                  p.get("spec", {}).get("nodeName") or "-", req.get("nvidia.com/gpu", "0"),
+                  req.get("vpc.amazonaws.com/efa", "0"))
+
+
+def _node_row(n: Mapping[str, Any]) -> NodeRow:
+    labels = n["metadata"].get("labels", {})
+    alloc = (n.get("status") or {}).get("allocatable") or {}
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                for c in (n.get("status") or {}).get("conditions") or [])
+    return NodeRow(n["metadata"]["name"], labels.get("node.kubernetes.io/instance-type", "?"),
+                   labels.get("topology.kubernetes.io/zone", "?"), alloc.get("nvidia.com/gpu", "0"),
+                   alloc.get("vpc.amazonaws.com/efa", "0"), ready)
+
+
+def kube_status(target: Target, ref: RayClusterRef) -> KubeStatus:
+    rc = get_raycluster(target, ref)
+    if rc is None:
+        raise KubeError(f"No RayCluster {ref.name!r} in namespace {ref.namespace!r}.",
+                        fix="`%raycluster list` shows the RayClusters; `%raycluster up` creates one")
+    _, line = readiness(rc)
+    image = rc["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0].get("image", "?")
+    prows = [_pod_row(p) for p in pods(target, ref)]
+    used = {r.node for r in prows}
+    try:
+        nrows = [_node_row(n) for n in nodes(target) if n["metadata"]["name"] in used]
+    except KubeError:  # listing nodes is cluster-scoped: many notebook users may not
+        nrows = []
+    return KubeStatus(ref, line, image, prows, nrows)
