@@ -1,7 +1,8 @@
 """raynb: train models on a Ray cluster from a notebook.
 
 ``%load_ext raynb`` gives ``%raycluster`` and ``%%raytrain``; each has a plain-Python twin:
-``raynb.up(local=True)``, ``raynb.train(fn, workers=2)``, ``raynb.report(loss=...)``, ``raynb.down()``.
+``raynb.up(local=True)`` (or ``raynb.up(values="manifests/values.env")`` for the DLC RayCluster on Kubernetes),
+``raynb.train(fn, workers=2)``, ``raynb.report(loss=...)``, ``raynb.doctor()``, ``raynb.clusters()``, ``raynb.down()``.
 Heavy parts (IPython, pandas, plotly, Ray Train) load on first use, so workers import raynb cheaply.
 """
 
@@ -14,7 +15,7 @@ from .metrics import report
 
 __version__ = "0.1.0"
 __all__ = [
-    "up", "down", "current", "train", "report", "doctor", "bench", "Cluster", "Run", "RaynbError",
+    "up", "down", "current", "clusters", "train", "report", "doctor", "bench", "Cluster", "Run", "RaynbError",
     "load_ipython_extension",
     "unload_ipython_extension", "__version__",
 ]
@@ -23,6 +24,7 @@ _LAZY = {
     "up": ("cluster", "up"),
     "down": ("cluster", "down"),
     "current": ("cluster", "current"),
+    "clusters": ("cluster", "clusters"),
     "Cluster": ("cluster", "Cluster"),
     "train": ("run", "train"),
     "Run": ("run", "Run"),

@@ -155,8 +155,8 @@ class Cluster:
                   progress: Callable[[str], None] | None = None) -> Cluster:
         """Re-attach to a running cluster by name, e.g. after a kernel restart.
 
-        ``"local"`` is the embedded head; any other name is a RayCluster in ``namespace`` (default: the context's
-        namespace, else ``ray-train``) of the kubeconfig's ``context``.
+        ``"local"`` is the embedded head; any other name is a RayCluster in ``namespace`` (default: NAMESPACE of the
+        default values file, ``ray-train``) of the kubeconfig's ``context``.
         """
         if name != "local":
             return _from_kubernetes(name, namespace=namespace, context=context, kubeconfig=kubeconfig,
@@ -452,13 +452,23 @@ def _up_kubernetes(values: str | Mapping[str, str] | None, overrides: Mapping[st
     return c
 
 
+def _default_namespace() -> str:
+    """Where raynb's RayClusters live unless told otherwise: NAMESPACE of the default values file."""
+    from . import manifest
+
+    try:
+        return manifest.load_values().get("NAMESPACE") or "ray-train"
+    except manifest.ManifestError:
+        return "ray-train"
+
+
 def _from_kubernetes(name: str, *, namespace: str | None, context: str | None, kubeconfig: str | None,
                      connect: bool, progress: Callable[[str], None] | None) -> Cluster:
     from . import kube
 
     settings = resolve({"kube_context": context, "kube_namespace": namespace})
     target = kube.connect_api(context=settings.kube_context, kubeconfig=kubeconfig)
-    ns = settings.kube_namespace or target.default_namespace or "ray-train"
+    ns = settings.kube_namespace or _default_namespace()
     ref = kube.RayClusterRef(name, ns)
     kube.ensure_crd(target)
     rc = kube.get_raycluster(target, ref)
@@ -530,7 +540,7 @@ def down(name: str | None = None, *, namespace: str | None = None, context: str 
             return True
         settings = resolve({"kube_context": context, "kube_namespace": namespace})
         target = kube.connect_api(context=settings.kube_context, kubeconfig=kubeconfig)
-        ns = settings.kube_namespace or target.default_namespace or "ray-train"
+        ns = settings.kube_namespace or _default_namespace()
         gone = kube.delete_raycluster(target, kube.RayClusterRef(name, ns), progress=say)
         if not gone:
             say(f"no RayCluster {ns}/{name}: nothing to delete")

@@ -15,7 +15,7 @@ __all__ = ["Diagnosis", "diagnose_pod", "diagnose_pods", "is_hopeless"]
 
 #: Image errors that do not heal by waiting (the kubelet retries them forever).
 _HOPELESS_IMAGE = re.compile(r"not found|manifest unknown|unauthorized|denied|InvalidImageName|repository does not "
-                             r"exist|no such host", re.I)
+                             r"exist|no such host", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -39,18 +39,23 @@ def _requests(pod: Mapping[str, Any]) -> dict[str, str]:
 def _scheduling_hint(message: str, pod: Mapping[str, Any]) -> str:
     req = _requests(pod)
     hints = []
+    # "0/3 nodes are available: 1 node(s) didn't match ..., 2 Insufficient nvidia.com/gpu": the first reason that
+    # explains the nodes that did match is the one to act on (a full GPU node is also short of CPU, memory and EFA).
+    total = re.search(r"0/(\d+) nodes are available", message)
+    unmatched = re.search(r"(\d+) node\(s\) didn't match Pod's node affinity/selector", message)
+    all_unmatched = bool(total and unmatched and total[1] == unmatched[1])
     if "Insufficient nvidia.com/gpu" in message:
         hints.append(f"no node has {req.get('nvidia.com/gpu', '?')} free nvidia.com/gpu: add GPU nodes to the node "
                      "group, lower GPU_NODE_COUNT, or check that the NVIDIA device plugin runs on the GPU nodes "
                      "(%raycluster doctor)")
-    if "Insufficient vpc.amazonaws.com/efa" in message:
+    elif "Insufficient vpc.amazonaws.com/efa" in message:
         hints.append("no node offers a free vpc.amazonaws.com/efa: the EFA device plugin must run on EFA-enabled GPU "
-                      "nodes (%raycluster doctor checks it); an instance type without EFA (e.g. "
-                      "GPU_NODE_TYPE=g6e.12xlarge) drops the request")
-    if re.search(r"Insufficient (cpu|memory)", message):
+                     "nodes (%raycluster doctor checks it); an instance type without EFA (e.g. "
+                     "GPU_NODE_TYPE=g6e.12xlarge) drops the request")
+    elif re.search(r"Insufficient (cpu|memory)", message):
         hints.append(f"the pod asks for cpu {req.get('cpu', '?')} / memory {req.get('memory', '?')}, more than a node "
                      "has free: lower WORKER_CPU / WORKER_MEMORY (or HEAD_CPU / HEAD_MEMORY for the head)")
-    if "node affinity/selector" in message:
+    if all_unmatched or (unmatched and not total):
         sel = pod.get("spec", {}).get("nodeSelector") or {}
         want = ", ".join(f"{k}={v}" for k, v in sel.items()) or "(none)"
         hints.append(f"no node carries the labels {want}: label the node group so, or change SYSTEM_NODE_ROLE / "

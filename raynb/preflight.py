@@ -1,9 +1,9 @@
 """Preflight checks with a fix for each failure; reads the cluster, never changes it.
 
 On the embedded cluster it checks what applies there: notebook vs cluster Ray/Python, the dashboard, GPUs the
-machine has vs GPUs the cluster offers, /dev/shm, and NVLink multicast kept off for workers. The Kubernetes/EFA
-checks (EFA resource requests, device plugins, allocatable EFA, one availability zone) need a Kubernetes cluster
-and are reported as not applicable here.
+machine has vs GPUs the cluster offers, /dev/shm, and NVLink multicast kept off for workers. On Kubernetes it adds the
+EFA checklist (kube_checks.py): EFA requested, nodes advertising GPUs and EFA, device plugins ready, one availability
+zone, the NCCL/EFA variables, /dev/shm, and the image's versions.
 """
 
 from __future__ import annotations
@@ -73,21 +73,43 @@ def _node_facts() -> dict[str, Any]:
 
 
 def doctor() -> Checklist:
-    """Run the checks against the connected cluster."""
+    """Run the checks against the current cluster: Ray-side checks when connected, Kubernetes/EFA checks on a
+    Kubernetes cluster (those need no Ray connection)."""
     import ray
 
     from .cluster import current
-    from .session import worker_env_defaults
 
     cl = current()
-    if cl is None or not ray.is_initialized():
+    if cl is None:
+        raise NotConnectedError("This kernel has no cluster.", fix="run `%raycluster up` first.")
+    out = Checklist()
+    if ray.is_initialized():
+        out.checks += _ray_checks(cl)
+    elif cl.kube is None:
         raise NotConnectedError("This kernel is not connected to a Ray cluster.",
                                 fix="run `%raycluster up --local` first.")
-    out = Checklist()
+    if cl.kube is not None:
+        from .kube_checks import kube_checks
+
+        out.checks += kube_checks(cl.kube.target, cl.kube.ref, cl.kube.values, ray_connected=ray.is_initialized())
+    else:
+        for name in ("EFA requested by worker pods", "GPU nodes advertise EFA and GPUs",
+                     "EFA and NVIDIA device plugins ready", "GPU nodes in one availability zone",
+                     "NCCL/EFA variables on workers"):
+            out.checks.append(Check(name, "n/a", "applies to Kubernetes clusters; this is the embedded cluster"))
+    return out
+
+
+def _ray_checks(cl: Any) -> list[Check]:
+    import ray
+
+    from .session import worker_env_defaults
+
+    out: list[Check] = []
     facts = ray.get(ray.remote(num_cpus=0)(_node_facts).remote())
     here_py = ".".join(map(str, sys.version_info[:3]))
     same = facts["ray"] == ray.__version__ and facts["python"].rsplit(".", 1)[0] == here_py.rsplit(".", 1)[0]
-    out.checks.append(Check(
+    out.append(Check(
         "Ray and Python versions", "ok" if same else "fail",
         f"notebook Ray {ray.__version__} / Python {here_py}; cluster Ray {facts['ray']} / Python {facts['python']}",
         "" if same else f'pip install "ray[client,train,default]=={facts["ray"]}" in a Python '
@@ -97,26 +119,22 @@ def doctor() -> Checklist:
             dash_ok = r.status == 200
     except OSError:
         dash_ok = False
-    out.checks.append(Check("Ray dashboard", "ok" if dash_ok else "warn", cl.dashboard_url or "no dashboard URL",
-                            "" if dash_ok else 'install "ray[default]" where the head runs'))
+    out.append(Check("Ray dashboard", "ok" if dash_ok else "warn", cl.dashboard_url or "no dashboard URL",
+                     "" if dash_ok else 'install "ray[default]" where the head runs'))
     cluster_gpus = int(ray.cluster_resources().get("GPU", 0))
     if facts["gpus_seen"] and cluster_gpus < facts["gpus_seen"]:
-        out.checks.append(Check("GPUs", "warn", f"the machine has {facts['gpus_seen']} GPUs, the cluster offers "
-                                f"{cluster_gpus}", "restart with %raycluster up --local --num-gpus "
-                                f"{facts['gpus_seen']}"))
+        out.append(Check("GPUs", "warn", f"the machine has {facts['gpus_seen']} GPUs, the cluster offers "
+                         f"{cluster_gpus}", "restart with %raycluster up --local --num-gpus "
+                         f"{facts['gpus_seen']}"))
     else:
-        out.checks.append(Check("GPUs", "ok", f"cluster offers {cluster_gpus} GPUs "
-                                f"(nvidia-smi on {facts['host']} sees {facts['gpus_seen']})"))
-    shm_gb = facts["shm_bytes"] / 2**30
-    out.checks.append(Check("/dev/shm", "ok" if shm_gb >= 1 else "warn", f"{shm_gb:.1f} GiB on {facts['host']}",
-                            "" if shm_gb >= 1 else "mount a memory-backed /dev/shm (emptyDir medium: Memory) of a "
-                            "few GiB: NCCL SHM and Ray's object store use it"))
+        out.append(Check("GPUs", "ok", f"cluster offers {cluster_gpus} GPUs "
+                         f"(nvidia-smi on {facts['host']} sees {facts['gpus_seen']})"))
+    if cl.kube is None:  # on Kubernetes the pod spec's /dev/shm volume is checked instead (the head has none)
+        shm_gb = facts["shm_bytes"] / 2**30
+        out.append(Check("/dev/shm", "ok" if shm_gb >= 1 else "warn", f"{shm_gb:.1f} GiB on {facts['host']}",
+                         "" if shm_gb >= 1 else "mount a memory-backed /dev/shm (emptyDir medium: Memory) of a "
+                         "few GiB: NCCL SHM and Ray's object store use it"))
     nvls = worker_env_defaults().get("NCCL_NVLS_ENABLE")
-    out.checks.append(Check("NVLink multicast off for workers", "ok" if nvls == "0" else "warn",
-                            f"NCCL_NVLS_ENABLE={nvls}"))
-    if cl.kind == "local":
-        for name in ("EFA requested by worker pods", "GPU nodes advertise EFA and GPUs",
-                     "EFA and NVIDIA device plugins ready", "GPU nodes in one availability zone",
-                     "NCCL/EFA variables on workers"):
-            out.checks.append(Check(name, "n/a", "applies to Kubernetes clusters; this is the embedded cluster"))
+    out.append(Check("NVLink multicast off for workers", "ok" if nvls == "0" else "warn",
+                     f"NCCL_NVLS_ENABLE={nvls}"))
     return out

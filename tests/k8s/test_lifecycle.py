@@ -1,0 +1,107 @@
+"""`up` / `status` / `list` / `down` of the DLC RayCluster against the real control plane and the real KubeRay operator
+(kwok plays the sample's nodes: one m7i.xlarge, two g6.12xlarge with 4 nvidia.com/gpu and 1 vpc.amazonaws.com/efa)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from conftest import HERE_PY, VALUES
+
+import raynb
+from raynb import kube
+from raynb.errors import ClusterStartError
+
+pytestmark = pytest.mark.k8s
+REF = kube.RayClusterRef("ray-train-cluster", "ray-train")
+
+
+def _say() -> tuple[list[str], object]:
+    lines: list[str] = []
+    return lines, lines.append
+
+
+def test_up_ready_status_reuse_down(clean) -> None:  # noqa: ANN001
+    lines, say = _say()
+    c = raynb.up(values=VALUES, set={"PYTHON_VERSION": HERE_PY}, connect=False, timeout=60, progress=say)
+    assert any("server-side apply, field manager raynb" in m for m in lines)
+    assert any("ready after" in m and "workers 2/2 ready" in m for m in lines), lines
+    target = kube.connect_api()
+    rc = kube.get_raycluster(target, REF)
+    managers = {(f["manager"], f["operation"]) for f in rc["metadata"]["managedFields"]}
+    assert ("raynb", "Apply") in managers
+    conds = {x["type"]: x["status"] for x in rc["status"]["conditions"]}
+    assert conds["HeadPodReady"] == "True" and conds["RayClusterProvisioned"] == "True"
+
+    st = c.status()  # not connected to Ray: the Kubernetes part alone
+    roles = sorted(p.role for p in st.kube.pods)
+    assert roles == ["head", "worker", "worker"] and all(p.ready for p in st.kube.pods)
+    workers = [p for p in st.kube.pods if p.role == "worker"]
+    assert {p.node for p in workers} == {"gpu-0", "gpu-1"} and {(p.gpus, p.efa) for p in workers} == {("4", "1")}
+    assert {(n.instance_type, n.gpus, n.efa) for n in st.kube.nodes} >= {("g6.12xlarge", "4", "1")}
+    assert "ray-train-cluster-head" in st.text() and "raynb-pods" in st.html()
+
+    rows = raynb.clusters(namespace="ray-train")
+    assert [r["name"] for r in rows if r["kind"] == "kubernetes"] == ["ray-train-cluster"]
+
+    lines2, say2 = _say()
+    raynb.up(values=VALUES, set={"PYTHON_VERSION": HERE_PY}, connect=False, timeout=60, progress=say2)
+    assert any("reusing RayCluster ray-train/ray-train-cluster (same spec)" in m for m in lines2)
+
+    with pytest.raises(kube.KubeError) as e:
+        raynb.up(values=VALUES, set={"PYTHON_VERSION": HERE_PY, "WORKER_CPU": "30"}, connect=False, timeout=60,
+                 progress=say2)
+    assert "limits.cpu: '40' → '30'" in e.value.saw and "--recreate" in e.value.fix
+
+    lines3, say3 = _say()
+    c = raynb.up(values=VALUES, set={"PYTHON_VERSION": HERE_PY, "WORKER_CPU": "30"}, connect=False, recreate=True,
+                 timeout=60, progress=say3)
+    assert any("recreating" in m for m in lines3) and any("ready after" in m for m in lines3)
+
+    t0 = time.monotonic()
+    c.down(progress=say3)
+    assert kube.get_raycluster(target, REF) is None
+    assert kube.pods(target, REF) == []
+    from kubernetes import client
+
+    svcs = client.CoreV1Api(target.api).list_namespaced_service("ray-train", label_selector="ray.io/cluster").items
+    assert svcs == []
+    print(f"down took {time.monotonic() - t0:.1f} s")
+    assert raynb.down("ray-train-cluster", progress=say3) is False  # idempotent
+    assert any("nothing to delete" in m for m in lines3)
+
+
+def test_three_gpu_workers_on_two_gpu_nodes_times_out_with_the_schedulers_reason(clean) -> None:  # noqa: ANN001
+    lines, say = _say()
+    t0 = time.monotonic()
+    with pytest.raises(ClusterStartError) as e:
+        raynb.up(values=VALUES, set={"PYTHON_VERSION": HERE_PY, "GPU_NODE_COUNT": "3"}, connect=False, timeout=10,
+                 progress=say)
+    took = time.monotonic() - t0
+    assert took < 40, took  # the timeout holds (plus the time to apply)
+    assert "was not ready after 10 s" in e.value.what and "workers 2/3 ready" in e.value.what
+    assert "Insufficient nvidia.com/gpu" in e.value.saw  # the real scheduler's words
+    assert "GPU_NODE_COUNT" in e.value.saw and "%raycluster down" in e.value.fix
+    assert any("waiting:" in m and "Insufficient nvidia.com/gpu" in m for m in lines)  # said while waiting
+
+
+def test_efa_not_offered_and_selector_mismatch_are_explained(clean) -> None:  # noqa: ANN001
+    with pytest.raises(ClusterStartError) as e:
+        raynb.up(values=VALUES, set={"PYTHON_VERSION": HERE_PY, "EFA_PER_NODE": "2"}, connect=False, timeout=5,
+                 progress=lambda _m: None)
+    assert "Insufficient vpc.amazonaws.com/efa" in e.value.saw and "EFA device plugin" in e.value.saw
+    raynb.down("ray-train-cluster", progress=lambda _m: None)
+    with pytest.raises(ClusterStartError) as e:
+        raynb.up(values=VALUES, set={"PYTHON_VERSION": HERE_PY, "GPU_NODE_TYPE": "p5.48xlarge"}, connect=False,
+                 timeout=5, progress=lambda _m: None)
+    assert "didn't match Pod's node affinity/selector" in e.value.saw
+    assert "node.kubernetes.io/instance-type=p5.48xlarge" in e.value.saw
+
+
+def test_image_pull_failure_fails_fast(clean) -> None:  # noqa: ANN001
+    t0 = time.monotonic()
+    with pytest.raises(ClusterStartError) as e:
+        raynb.up(values=VALUES, set={"PYTHON_VERSION": HERE_PY, "DLC_IMAGE": "registry.invalid/ray:nope"},
+                 connect=False, timeout=120, progress=lambda _m: None)
+    assert time.monotonic() - t0 < 60  # not the 120 s timeout: waiting cannot help
+    assert "image cannot be pulled" in e.value.what and "ImagePullBackOff" in e.value.saw
