@@ -33,7 +33,7 @@ class NodeInfo:
     memory_gb: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class ClusterStatus:
     name: str
     kind: str
@@ -76,6 +76,12 @@ class ClusterStatus:
         if self.dashboard_url:
             lines.append(f"  dashboard {self.dashboard_url}")
         return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.text()
+
+    def _repr_html_(self) -> str:
+        return self.html()
 
     def html(self) -> str:
         rows = "".join(

@@ -120,8 +120,8 @@ def api_call(target: Target, verb: str, resource: str, namespace: str | None) ->
             raise KubeError(f"The namespace {namespace!r} does not exist.", saw=msg,
                             fix=f"`kubectl create namespace {namespace}`, or pick another with --namespace / "
                             "NAMESPACE=... in the values file") from None
-        if status == 404 and resource.endswith("ray.io") and "the server could not find the requested resource" \
-                in msg:
+        if status == 404 and resource.endswith("ray.io") and ("the server could not find the requested resource"
+                                                              in msg or "404 page not found" in msg):
             raise _no_crd(target) from None
         if status == 400 and "no logs found" in msg:
             raise KubeError("The container has not written any log yet.", saw=msg,
@@ -130,7 +130,11 @@ def api_call(target: Target, verb: str, resource: str, namespace: str | None) ->
             raise KubeError(f"Cannot reach the Kubernetes API server at {target.server}.", saw=msg,
                             fix="check the network path (VPN, security groups) and the kubeconfig's server URL") \
                 from None
-        raise
+        if status == 404:
+            raise  # "not found" of one object: the caller decides what that means
+        raise KubeError(f"Kubernetes refused to {verb} {resource}{where} (HTTP {status}).", saw=msg,
+                        fix="the message above is the API server's; `kubectl` with the same request shows the same"
+                        ) from None
     except HTTPError as e:
         raise KubeError(f"Cannot reach the Kubernetes API server at {target.server}.", saw=f"{type(e).__name__}: {e}",
                         fix="check the network path (VPN, security groups) and the kubeconfig's server URL") from None

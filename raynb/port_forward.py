@@ -87,7 +87,9 @@ class PortForward:
             sel.close()
             with self._lock:
                 self._open.discard(conn)
-            for s in (conn, remote):
+            for s in (conn, remote):  # shut down before closing: the proxy thread then sees EOF, not a reset
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
                 with contextlib.suppress(OSError):
                     s.close()
             err = pf.error(self.remote_port)

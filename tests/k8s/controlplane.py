@@ -219,7 +219,7 @@ def up(d: Path, *, nodes: list[dict[str, Any]] | None = None, timeout: float = 1
     _wait("CRDs", crds_established, d, timeout, "kube-apiserver")
     _start(d, "kwok", [
         str(b / "kwok"), f"--kubeconfig={kcfg}", "--manage-all-nodes", "--node-ip=127.0.0.1",
-        f"--node-port={kwok_port}", f"--server-address=127.0.0.1:{kwok_port}",
+        f"--node-port={kwok_port}", f"--server-address=127.0.0.1:{kwok_port}", "--node-lease-duration-seconds=40",
         f"--tls-cert-file={pki / 'kwok.crt'}", f"--tls-private-key-file={pki / 'kwok.key'}",
         f"--config={HERE / 'kwok' / 'stages.yaml'}", "--enable-crds=ClusterPortForward,ClusterLogs"])
     _start(d, "ray-operator", [str(b / "ray-operator"), f"--kubeconfig={kcfg}", "--enable-leader-election=false",

@@ -1,0 +1,122 @@
+"""Every bad input of the Kubernetes path gets an error that says what, what raynb saw, and the next step — checked
+against the real API server (RBAC, namespaces, discovery) where one is involved."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import HERE_PY, VALUES, apply, controlplane
+
+import raynb
+from raynb import kube
+from raynb.errors import ConnectError
+from raynb.manifest import ManifestError
+
+pytestmark = pytest.mark.k8s
+
+
+def test_unknown_instance_type_fails_before_any_api_call(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))  # would fail differently if the API were asked
+    with pytest.raises(ManifestError) as e:
+        raynb.up(values=VALUES, set={"GPU_NODE_TYPE": "g9.huge"}, connect=False)
+    assert "Unknown GPU instance type 'g9.huge'" in e.value.what and "p5.48xlarge" in e.value.saw
+
+
+def test_malformed_values_file(tmp_path) -> None:  # noqa: ANN001
+    bad = tmp_path / "values.env"
+    bad.write_text("GPU_NODE_TYPE=g6.12xlarge\nthis is not an assignment\n")
+    with pytest.raises(ManifestError) as e:
+        raynb.up(values=str(bad), connect=False)
+    assert "Line 2" in e.value.what and "KEY=VALUE" in e.value.what
+
+
+def test_no_kubeconfig(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    with pytest.raises(kube.KubeError) as e:
+        raynb.up(values=VALUES, set={"PYTHON_VERSION": HERE_PY}, connect=False)
+    assert e.value.what == "No Kubernetes configuration found."
+    assert "aws eks update-kubeconfig" in e.value.fix and "--local" in e.value.fix
+
+
+def test_unknown_context(stack) -> None:  # noqa: ANN001
+    with pytest.raises(kube.KubeError) as e:
+        raynb.up(values=VALUES, set={"PYTHON_VERSION": HERE_PY}, context="prod", connect=False)
+    assert "no context 'prod'" in e.value.what and "admin@raynb-test" in e.value.saw
+
+
+def test_version_mismatch_is_caught_before_anything_is_created(stack) -> None:  # noqa: ANN001
+    with pytest.raises(ConnectError) as e:
+        raynb.up(values=VALUES, set={"PYTHON_VERSION": "3.13" if HERE_PY != "3.13" else "3.12"})
+    assert "Python" in e.value.saw and 'pip install "ray[client,train,default]==2.58.0"' in e.value.fix
+    assert kube.get_raycluster(kube.connect_api(), kube.RayClusterRef("ray-train-cluster", "ray-train")) is None
+
+
+def test_rbac_forbidden_names_verb_and_resource(stack) -> None:  # noqa: ANN001
+    with pytest.raises(kube.KubeError) as e:
+        raynb.up(values=VALUES, set={"PYTHON_VERSION": HERE_PY}, kubeconfig=str(stack.viewer_kubeconfig),
+                 connect=False)
+    assert "does not allow viewer to get rayclusters.ray.io in namespace 'ray-train'" in e.value.what
+    assert "manifests/rbac.yaml" in e.value.fix
+
+
+def test_rbac_manifest_is_enough(stack, tmp_path) -> None:  # noqa: ANN001
+    """manifests/rbac.yaml's Role, bound to the viewer, lets it run the whole lifecycle."""
+    import yaml
+
+    docs = [d for d in yaml.safe_load_all(open(controlplane.HERE.parents[1] / "manifests" / "rbac.yaml")) if d]
+    for d in docs:
+        d["metadata"]["namespace"] = "ray-train"
+        if d["kind"] == "RoleBinding":
+            d["subjects"] = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "viewer"}]
+        apply(stack, d)
+    try:
+        c = raynb.up(values=VALUES, set={"PYTHON_VERSION": HERE_PY}, kubeconfig=str(stack.viewer_kubeconfig),
+                     connect=False, timeout=60, progress=lambda _m: None)
+        st = c.status()
+        assert len(st.kube.pods) == 3 and st.kube.nodes == []  # nodes are cluster-scoped: not for this Role
+        c.down(progress=lambda _m: None)
+    finally:
+        from conftest import delete
+
+        for d in docs:
+            delete(stack, d["apiVersion"], d["kind"], d["metadata"]["name"], "ray-train")
+
+
+def test_missing_namespace(stack) -> None:  # noqa: ANN001
+    with pytest.raises(kube.KubeError) as e:
+        raynb.up(values=VALUES, set={"PYTHON_VERSION": HERE_PY}, namespace="nope", connect=False)
+    assert e.value.what == "The namespace 'nope' does not exist."
+    assert "kubectl create namespace nope" in e.value.fix
+
+
+def test_kuberay_crd_missing(stack) -> None:  # noqa: ANN001
+    """A second, bare API server is not needed: discovery is what raynb asks, so hide the group by deleting the CRD
+    and put it back."""
+    import time
+
+    import yaml
+    from conftest import delete
+
+    delete(stack, "apiextensions.k8s.io/v1", "CustomResourceDefinition", "rayclusters.ray.io")
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                kube.ensure_crd(kube.connect_api())
+            except kube.KubeError:
+                break
+            time.sleep(0.5)
+        with pytest.raises(kube.KubeError) as e:
+            raynb.up(values=VALUES, set={"PYTHON_VERSION": HERE_PY}, connect=False)
+        assert "KubeRay operator is not installed" in e.value.what and "helm install kuberay-operator" in e.value.fix
+    finally:
+        crd = yaml.safe_load(controlplane._kuberay_crds()[0].read_text())
+        apply(stack, crd)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                kube.ensure_crd(kube.connect_api())
+                break
+            except kube.KubeError:
+                time.sleep(0.5)

@@ -1,0 +1,100 @@
+"""The whole Kubernetes path in a real Jupyter kernel: `%raycluster up --values` → KubeRay → port-forward through the
+API server's pods/portforward → kwok's ClusterPortForward → a real `ray start --head` on 127.0.0.1 → Ray Client →
+`%%raytrain`. Also `logs` (kwok's ClusterLogs serves the real head's log file through pods/log), `doctor`, `status`,
+the tunnels being re-opened after they drop, and `down`.
+
+What is modelled: the head "pod" is the local Ray head, so the versions check compares this kernel with itself (the
+test sets PYTHON_VERSION to this Python); the GPU nodes are kwok's."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import HERE_PY, VALUES, apply, delete
+
+from raynb import kube, local
+from tests.notebook.kernels import errors, kernel, run, text
+
+pytestmark = pytest.mark.k8s
+
+
+@pytest.fixture
+def head_behind_pods(clean, tmp_path):  # noqa: ANN001, ANN201
+    head = local.start_head(num_cpus=2, timeout=120, progress=print)
+    started_here = not head.reused
+    client_port = int(head.client_address.rsplit(":", 1)[1])
+    dash_port = int(head.dashboard_url.rsplit(":", 1)[1])
+    # kwok serves a pod's log from a file in the container runtime's (CRI) format: write the real head log's lines so
+    log = tmp_path / "head.cri.log"
+    lines = (Path(head.temp_dir) / "session_latest" / "logs" / "gcs_server.out").read_text().splitlines()[:50]
+    log.write_text("".join(f"2026-11-30T00:00:{i % 60:02d}.000000000Z stdout F {ln}\n" for i, ln in enumerate(lines)))
+    apply(clean, {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "ClusterPortForward",
+                  "metadata": {"name": "ray-head"},
+                  "spec": {"selector": {"matchNamespaces": ["ray-train"]},
+                           "forwards": [{"ports": [10001], "target": {"port": client_port, "address": "127.0.0.1"}},
+                                        {"ports": [8265], "target": {"port": dash_port, "address": "127.0.0.1"}}]}})
+    apply(clean, {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "ClusterLogs", "metadata": {"name": "ray-head"},
+                  "spec": {"selector": {"matchNamespaces": ["ray-train"]},
+                           "logs": [{"containers": ["ray-head"], "logsFile": str(log)}]}})
+    yield head, log
+    delete(clean, "kwok.x-k8s.io/v1alpha1", "ClusterPortForward", "ray-head")
+    delete(clean, "kwok.x-k8s.io/v1alpha1", "ClusterLogs", "ray-head")
+    if started_here:
+        local.stop_head(head)
+    local.remove_owner()
+
+
+def test_raytrain_runs_through_the_kubernetes_path(head_behind_pods) -> None:  # noqa: ANN001
+    head, log = head_behind_pods
+    with kernel(cwd=str(log.parent)) as (_km, kc):
+        assert not errors(run(kc, "%load_ext raynb"))
+        out = run(kc, f"%raycluster up --values {VALUES} --set PYTHON_VERSION={HERE_PY} --timeout 60", timeout=180)
+        assert not errors(out), text(out)
+        t = text(out)
+        assert "ready after" in t and "through the Kubernetes API" in t and "connected to ray://127.0.0.1:" in t
+
+        cell = ("%%raytrain --workers 2\n"
+                "import raynb\n"
+                "for step in range(30):\n"
+                "    raynb.report(loss=1.0 / (step + 1))\n")
+        out = run(kc, cell, timeout=300)
+        assert not errors(out), text(out)
+        assert "succeeded" in text(out)
+
+        out = run(kc, "import raynb, json; c = raynb.current(); "
+                      "print(json.dumps({'kind': c.kind, 'address': c.address, "
+                      "'tunnels': {p: f.tunnels_opened for p, f in c.kube.forwards.items()}}))")
+        info = json.loads(text(out).strip().splitlines()[-1])
+        assert info["kind"] == "kubernetes" and info["address"].startswith("ray://127.0.0.1:")
+        assert info["tunnels"]["10001"] >= 1
+
+        # every tunnel dropped: Ray Client reconnects and the forward opens new tunnels
+        out = run(kc, "import ray\n[f.reset() for f in c.kube.forwards.values()]\n"
+                      "print('after reset', ray.get(ray.put(41)) + 1, c.kube.forwards[10001].tunnels_opened)",
+                  timeout=120)
+        assert not errors(out), text(out)
+        after = text(out).split("after reset")[-1].split()
+        assert after[0] == "42" and int(after[1]) > info["tunnels"]["10001"]
+
+        out = run(kc, "%raycluster status")
+        t = text(out)
+        assert "RayCluster ray-train/ray-train-cluster" in t and "ray-train-cluster-head" in t and "g6.12xlarge" in t
+
+        out = run(kc, "%raycluster logs head --tail 5")
+        assert not errors(out), text(out)
+        assert log.read_text().splitlines()[-1].split(" F ", 1)[1][:40] in text(out)
+        assert "==> ray-train/ray-train-cluster-head-" in text(out)
+
+        out = run(kc, "d = raynb.doctor(); print({x.name: x.state for x in d.checks})")
+        states = eval(text(out).strip().splitlines()[-1])  # noqa: S307 - our own printout
+        assert states["notebook vs image versions"] == "ok" and states["Ray and Python versions"] == "ok"
+        assert states["EFA requested by worker pods"] == "ok"
+        assert states["EFA and NVIDIA device plugins ready"] == "fail"  # kwok nodes run no device plugins yet
+
+        out = run(kc, "%raycluster down", timeout=120)
+        assert not errors(out), text(out)
+        assert "deleted" in text(out)
+    target = kube.connect_api()
+    assert kube.get_raycluster(target, kube.RayClusterRef("ray-train-cluster", "ray-train")) is None
