@@ -94,6 +94,7 @@ class Stack:
     server: str
     kubeconfig: Path
     viewer_kubeconfig: Path
+    etcd: str = ""
 
     def api(self, kubeconfig: Path | None = None) -> Any:
         from kubernetes import client, config
@@ -102,7 +103,7 @@ class Stack:
 
     def to_json(self) -> str:
         return json.dumps({"dir": str(self.dir), "server": self.server, "kubeconfig": str(self.kubeconfig),
-                           "viewer_kubeconfig": str(self.viewer_kubeconfig)})
+                           "viewer_kubeconfig": str(self.viewer_kubeconfig), "etcd": self.etcd})
 
 
 def _start(d: Path, name: str, argv: list[str], env: dict[str, str] | None = None) -> int:
@@ -152,6 +153,45 @@ def node_object(n: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _apiserver(d: Path, b: Path, name: str, etcd_port: int, api_port: int, kcfg: Path, timeout: float,
+               etcd_prefix: str = "/registry") -> Any:
+    pki = d / "pki"
+    _start(d, name, [
+        str(b / "kube-apiserver"), f"--etcd-servers=http://127.0.0.1:{etcd_port}", f"--etcd-prefix={etcd_prefix}",
+        "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={api_port}",
+        f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
+        f"--client-ca-file={pki / 'ca.crt'}", f"--token-auth-file={d / 'tokens.csv'}",
+        "--authorization-mode=RBAC", "--service-cluster-ip-range=10.96.0.0/16",
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        f"--service-account-key-file={pki / 'sa.pub'}", f"--service-account-signing-key-file={pki / 'sa.key'}",
+        "--kubelet-preferred-address-types=InternalIP", f"--kubelet-certificate-authority={pki / 'ca.crt'}",
+        "--enable-priority-and-fairness=false", "--profiling=false", "--allow-privileged=true",
+        "--endpoint-reconciler-type=none", "--v=0"])
+    from kubernetes import config
+
+    api = config.new_client_from_config(str(kcfg))
+
+    def api_ready() -> bool:
+        from kubernetes import client
+
+        return client.CoreV1Api(api).list_namespace(limit=1) is not None and bool(
+            client.RbacAuthorizationV1Api(api).read_cluster_role("view"))
+    _wait(name, api_ready, d, timeout, name)
+    return api
+
+
+def bare_apiserver(stack: Stack, timeout: float = 120.0) -> Path:
+    """A second kube-apiserver on the same etcd under its own key prefix: a cluster where KubeRay was never
+    installed. Returns its kubeconfig; `down` stops it with the rest."""
+    d = stack.dir
+    etcd_port = int(stack.etcd.rsplit(":", 1)[1])
+    port = _free_port()
+    kcfg = d / "bare.kubeconfig"
+    _kubeconfig(kcfg, f"https://127.0.0.1:{port}", d / "pki" / "ca.crt", "admin", ADMIN_TOKEN)
+    _apiserver(d, binaries(), "bare-apiserver", etcd_port, port, kcfg, timeout, etcd_prefix="/bare")
+    return kcfg
+
+
 def up(d: Path, *, nodes: list[dict[str, Any]] | None = None, timeout: float = 120.0) -> Stack:
     import yaml
 
@@ -174,25 +214,7 @@ def up(d: Path, *, nodes: list[dict[str, Any]] | None = None, timeout: float = 1
                        "--initial-advertise-peer-urls", f"http://127.0.0.1:{etcd_peer}",
                        "--initial-cluster", f"raynb-test=http://127.0.0.1:{etcd_peer}",
                        "--quota-backend-bytes", str(2 << 30), "--log-level", "warn"])
-    _start(d, "kube-apiserver", [
-        str(b / "kube-apiserver"), f"--etcd-servers=http://127.0.0.1:{etcd_port}",
-        "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={api_port}",
-        f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
-        f"--client-ca-file={pki / 'ca.crt'}", f"--token-auth-file={d / 'tokens.csv'}",
-        "--authorization-mode=RBAC", "--service-cluster-ip-range=10.96.0.0/16",
-        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-        f"--service-account-key-file={pki / 'sa.pub'}", f"--service-account-signing-key-file={pki / 'sa.key'}",
-        "--kubelet-preferred-address-types=InternalIP", f"--kubelet-certificate-authority={pki / 'ca.crt'}",
-        "--enable-priority-and-fairness=false", "--profiling=false", "--allow-privileged=true",
-        "--endpoint-reconciler-type=none", "--v=0"])
-    api = Stack(d, server, kcfg, vcfg).api()
-
-    def api_ready() -> bool:
-        from kubernetes import client
-
-        return client.CoreV1Api(api).list_namespace(limit=1) is not None and bool(
-            client.RbacAuthorizationV1Api(api).read_cluster_role("view"))
-    _wait("kube-apiserver", api_ready, d, timeout, "kube-apiserver")
+    api = _apiserver(d, b, "kube-apiserver", etcd_port, api_port, kcfg, timeout)
     _start(d, "kube-controller-manager", [
         str(b / "kube-controller-manager"), f"--kubeconfig={kcfg}", "--bind-address=127.0.0.1", "--secure-port=0",
         "--leader-elect=false", f"--service-account-private-key-file={pki / 'sa.key'}",
@@ -233,7 +255,7 @@ def up(d: Path, *, nodes: list[dict[str, Any]] | None = None, timeout: float = 1
         return len(items) == len(nodes or NODES) and all(
             any(c.type == "Ready" and c.status == "True" for c in (n.status.conditions or [])) for n in items)
     _wait("kwok nodes", nodes_ready, d, timeout, "kwok")
-    stack = Stack(d, server, kcfg, vcfg)
+    stack = Stack(d, server, kcfg, vcfg, f"http://127.0.0.1:{etcd_port}")
     (d / "stack.json").write_text(stack.to_json())
     (d / "up_seconds").write_text(f"{time.monotonic() - t0:.1f}\n")
     return stack

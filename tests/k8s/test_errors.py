@@ -91,32 +91,8 @@ def test_missing_namespace(stack) -> None:  # noqa: ANN001
 
 
 def test_kuberay_crd_missing(stack) -> None:  # noqa: ANN001
-    """A second, bare API server is not needed: discovery is what raynb asks, so hide the group by deleting the CRD
-    and put it back."""
-    import time
-
-    import yaml
-    from conftest import delete
-
-    delete(stack, "apiextensions.k8s.io/v1", "CustomResourceDefinition", "rayclusters.ray.io")
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                kube.ensure_crd(kube.connect_api())
-            except kube.KubeError:
-                break
-            time.sleep(0.5)
-        with pytest.raises(kube.KubeError) as e:
-            raynb.up(values=VALUES, set={"PYTHON_VERSION": HERE_PY}, connect=False)
-        assert "KubeRay operator is not installed" in e.value.what and "helm install kuberay-operator" in e.value.fix
-    finally:
-        crd = yaml.safe_load(controlplane._kuberay_crds()[0].read_text())
-        apply(stack, crd)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                kube.ensure_crd(kube.connect_api())
-                break
-            except kube.KubeError:
-                time.sleep(0.5)
+    """A second API server on the same etcd under its own prefix: a real cluster where KubeRay was never installed."""
+    bare = controlplane.bare_apiserver(stack)
+    with pytest.raises(kube.KubeError) as e:
+        raynb.up(values=VALUES, set={"PYTHON_VERSION": HERE_PY}, kubeconfig=str(bare), connect=False)
+    assert "KubeRay operator is not installed" in e.value.what and "helm install kuberay-operator" in e.value.fix
