@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     from .kube import KubeStatus, RayClusterRef, Target
     from .port_forward import PortForward
 
-__all__ = ["Cluster", "ClusterStatus", "NodeInfo", "KubeHandle", "up", "down", "current", "clusters"]
+__all__ = ["Cluster", "ClusterStatus", "NodeInfo", "KubeHandle", "up", "down", "current", "clusters",
+           "resolve_settings"]
 
 _current: Cluster | None = None
 _atexit_registered = False
@@ -345,6 +346,13 @@ def _at_kernel_exit() -> None:
 def current() -> Cluster | None:
     """The cluster this kernel is connected to, if any."""
     return _current
+
+
+def resolve_settings(flags: Mapping[str, Any] | None = None,
+                     magic_config: Mapping[str, Any] | None = None) -> Settings:
+    """config.resolve with the current cluster's values file as the 'values file' layer (e.g. STRICT_EFA,
+    STORAGE_PATH): every API call and magic resolves its settings through here."""
+    return resolve(flags, magic_config, values=_current.values_layer() if _current is not None else None)
 
 
 def up(

@@ -16,7 +16,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from traitlets import Bool, Float, Integer, Unicode
 from traitlets.config import Configurable
 
-from .config import Settings, parse_assignments, resolve
+from .config import Settings, parse_assignments
 from .errors import RunAborted, UsageError
 
 __all__ = ["RayNB", "RayNBMagics", "register", "unregister"]
@@ -177,10 +177,9 @@ class RayNBMagics(Magics):
         self.options = RayNB(parent=shell)
 
     def _settings(self, flags: dict[str, Any]) -> Settings:
-        from .cluster import current
+        from .cluster import resolve_settings
 
-        cur = current()
-        return resolve(flags, self.options.values(), values=cur.values_layer() if cur is not None else None)
+        return resolve_settings(flags, self.options.values())
 
     @line_magic
     def raycluster(self, line: str) -> Any:

@@ -11,7 +11,7 @@ import html
 from dataclasses import dataclass, field
 from typing import Any
 
-from .config import Settings, resolve
+from .config import Settings
 from .nccl_env import TCP_ENV
 
 __all__ = ["ProbeResult", "bench", "sweep", "GPU_SIZES", "CPU_SIZES"]
@@ -142,9 +142,11 @@ def bench(*, workers: int | None = None, gpu: bool | None = None, sizes: list[in
     """Sweep all_reduce sizes across ``workers`` workers (default: every GPU, else 2 CPU workers)."""
     import ray
 
-    settings = settings or resolve({"workers": workers, "gpu": gpu})
+    from .cluster import resolve_settings
+
+    settings = settings or resolve_settings({"workers": workers, "gpu": gpu})
     if gpu is None and settings.gpu is False and ray.is_initialized() and ray.cluster_resources().get("GPU", 0) >= 2:
-        settings = resolve({"workers": workers or int(ray.cluster_resources()["GPU"]), "gpu": True})
+        settings = resolve_settings({"workers": workers or int(ray.cluster_resources()["GPU"]), "gpu": True})
     sizes = sizes or (GPU_SIZES if settings.gpu else CPU_SIZES)
     rows, transport = _one(settings, sizes, env, name, display, fake_hosts)
     result = ProbeResult(settings.workers, settings.gpu, rows, transport)

@@ -553,10 +553,10 @@ def train(
     notebooks and a text line in terminals; False shows nothing.
     """
     from .cell import serialize
-    from .config import resolve
+    from .cluster import resolve_settings
 
     if settings is None:
-        settings = resolve({"workers": workers, "gpu": gpu, "cpus_per_worker": cpus_per_worker})
+        settings = resolve_settings({"workers": workers, "gpu": gpu, "cpus_per_worker": cpus_per_worker})
     here = os.getcwd()
     _register_modules_beside(here)
     payload = serialize(fn)

@@ -97,7 +97,7 @@ class Stack:
     etcd: str = ""
 
     def api(self, kubeconfig: Path | None = None) -> Any:
-        from kubernetes import client, config
+        from kubernetes import config
 
         return config.new_client_from_config(str(kubeconfig or self.kubeconfig))
 

@@ -63,3 +63,5 @@ def test_qwen_notebook_on_the_embedded_cluster(artifacts: Path, tmp_path: Path) 
     assert m and float(m[2]) < float(m[1]) * 0.6, "the offline corpus must be learnable"
     assert (tmp_path / "weights" / "config.json").exists()
     assert any((tmp_path / "weights").glob("*.safetensors"))
+    m = re.search(r'fine-tuned weights: ([^\s\\"]+)', text)  # the Ray Train checkpoint in the run's storage path
+    assert m and (Path(m[1]) / "config.json").exists(), text[-2000:]
