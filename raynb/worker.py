@@ -108,15 +108,20 @@ def format_frames(frames: list[dict[str, Any]], cell_file: str | None, cell_sour
 
 
 def _patch_train_report(rep: metrics.Reporter) -> Callable[[], None]:
-    """Make ``ray.train.report(metrics)`` without a checkpoint non-blocking; with one, also call Ray's."""
+    """Make ``ray.train.report(metrics)`` non-blocking; any call that names a checkpoint also goes to Ray's.
+
+    "Names" matters: the Ray idiom is ``report(m, checkpoint=ckpt if rank == 0 else None)`` on every rank, and Ray
+    Train synchronises the ranks on such a call, so ``checkpoint=None`` must reach Ray too or rank 0 waits forever.
+    """
     import ray.train
 
     original = ray.train.report
+    unset = object()
 
-    def report(metrics_: dict[str, Any], checkpoint: Any = None, *args: Any, **kwargs: Any) -> None:
+    def report(metrics_: dict[str, Any], checkpoint: Any = unset, *args: Any, **kwargs: Any) -> None:
         rep.add(dict(metrics_))
-        if checkpoint is not None or args or kwargs:
-            original(metrics_, checkpoint, *args, **kwargs)
+        if checkpoint is not unset or args or kwargs:
+            original(metrics_, None if checkpoint is unset else checkpoint, *args, **kwargs)
 
     report.__doc__ = original.__doc__
     report.__wrapped__ = original  # type: ignore[attr-defined]

@@ -169,3 +169,26 @@ def test_terminal_ipython_prints_a_text_progress_line(cluster: raynb.Cluster) ->
     final = [ln for ln in out.replace("\r", "\n").splitlines() if "[terminal-run] succeeded" in ln]
     assert final and "step 20" in final[-1] and "loss 0.05" in final[-1] and "samples/s" in final[-1], out[-2000:]
     assert "<div" not in out  # no HTML in a terminal
+
+
+def test_checkpoint_report_with_none_on_other_ranks_reaches_storage(cluster: raynb.Cluster, tmp_path: Path) -> None:
+    """The Ray idiom `report(m, checkpoint=ckpt if rank == 0 else None)` must go to Ray on every rank (Ray Train
+    synchronises them on it); plain metric reports stay on raynb's fast path."""
+
+    def fn(config: dict) -> None:
+        import tempfile
+
+        import ray.train
+
+        rank = ray.train.get_context().get_world_rank()
+        ray.train.report({"loss": 1.0})  # metrics only: fast path
+        with tempfile.TemporaryDirectory() as d:
+            if rank == 0:
+                Path(d, "weights.txt").write_text("ok")
+            ray.train.report({"loss": 0.5}, checkpoint=ray.train.Checkpoint.from_directory(d) if rank == 0 else None)
+
+    settings = resolve({"workers": 2, "storage_path": str(tmp_path)})
+    run = raynb.train(fn, settings=settings, display=False, name="ckpt-test")
+    assert run.status == "succeeded", run.error
+    ckpt = run.result["checkpoint"]
+    assert ckpt and Path(ckpt, "weights.txt").read_text() == "ok" and str(tmp_path) in ckpt
