@@ -72,3 +72,32 @@ def clean(stack: controlplane.Stack) -> Iterator[controlplane.Stack]:
     raynb.down("ray-train-cluster", progress=lambda _m: None)
     yield stack
     raynb.down("ray-train-cluster", progress=lambda _m: None)
+
+
+@pytest.fixture(scope="session")
+def head_behind_pods(stack: controlplane.Stack, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    """A real local Ray head standing behind the RayCluster's head pod: kwok's ClusterPortForward sends the pod's
+    10001/8265 to it, and its ClusterLogs serves (a CRI-format copy of) the head's log through pods/log."""
+    from raynb import local
+
+    head = local.start_head(num_cpus=2, timeout=120, progress=print)
+    started_here = not head.reused
+    client_port = int(head.client_address.rsplit(":", 1)[1])
+    dash_port = int(head.dashboard_url.rsplit(":", 1)[1])
+    log = tmp_path_factory.mktemp("head-log") / "head.cri.log"
+    lines = (Path(head.temp_dir) / "session_latest" / "logs" / "gcs_server.out").read_text().splitlines()[:50]
+    log.write_text("".join(f"2026-11-30T00:00:{i % 60:02d}.000000000Z stdout F {ln}\n" for i, ln in enumerate(lines)))
+    apply(stack, {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "ClusterPortForward",
+                  "metadata": {"name": "ray-head"},
+                  "spec": {"selector": {"matchNamespaces": ["ray-train"]},
+                           "forwards": [{"ports": [10001], "target": {"port": client_port, "address": "127.0.0.1"}},
+                                        {"ports": [8265], "target": {"port": dash_port, "address": "127.0.0.1"}}]}})
+    apply(stack, {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "ClusterLogs", "metadata": {"name": "ray-head"},
+                  "spec": {"selector": {"matchNamespaces": ["ray-train"]},
+                           "logs": [{"containers": ["ray-head"], "logsFile": str(log)}]}})
+    yield head, log
+    delete(stack, "kwok.x-k8s.io/v1alpha1", "ClusterPortForward", "ray-head")
+    delete(stack, "kwok.x-k8s.io/v1alpha1", "ClusterLogs", "ray-head")
+    if started_here:
+        local.stop_head(head)
+    local.remove_owner()

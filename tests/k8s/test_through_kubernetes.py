@@ -9,44 +9,17 @@ test sets PYTHON_VERSION to this Python); the GPU nodes are kwok's."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
-from conftest import HERE_PY, VALUES, apply, delete
+from conftest import HERE_PY, VALUES
 
-from raynb import kube, local
+from raynb import kube
 from tests.notebook.kernels import errors, kernel, run, text
 
 pytestmark = pytest.mark.k8s
 
 
-@pytest.fixture
-def head_behind_pods(clean, tmp_path):  # noqa: ANN001, ANN201
-    head = local.start_head(num_cpus=2, timeout=120, progress=print)
-    started_here = not head.reused
-    client_port = int(head.client_address.rsplit(":", 1)[1])
-    dash_port = int(head.dashboard_url.rsplit(":", 1)[1])
-    # kwok serves a pod's log from a file in the container runtime's (CRI) format: write the real head log's lines so
-    log = tmp_path / "head.cri.log"
-    lines = (Path(head.temp_dir) / "session_latest" / "logs" / "gcs_server.out").read_text().splitlines()[:50]
-    log.write_text("".join(f"2026-11-30T00:00:{i % 60:02d}.000000000Z stdout F {ln}\n" for i, ln in enumerate(lines)))
-    apply(clean, {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "ClusterPortForward",
-                  "metadata": {"name": "ray-head"},
-                  "spec": {"selector": {"matchNamespaces": ["ray-train"]},
-                           "forwards": [{"ports": [10001], "target": {"port": client_port, "address": "127.0.0.1"}},
-                                        {"ports": [8265], "target": {"port": dash_port, "address": "127.0.0.1"}}]}})
-    apply(clean, {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "ClusterLogs", "metadata": {"name": "ray-head"},
-                  "spec": {"selector": {"matchNamespaces": ["ray-train"]},
-                           "logs": [{"containers": ["ray-head"], "logsFile": str(log)}]}})
-    yield head, log
-    delete(clean, "kwok.x-k8s.io/v1alpha1", "ClusterPortForward", "ray-head")
-    delete(clean, "kwok.x-k8s.io/v1alpha1", "ClusterLogs", "ray-head")
-    if started_here:
-        local.stop_head(head)
-    local.remove_owner()
-
-
-def test_raytrain_runs_through_the_kubernetes_path(head_behind_pods) -> None:  # noqa: ANN001
+def test_raytrain_runs_through_the_kubernetes_path(head_behind_pods, clean) -> None:  # noqa: ANN001
     head, log = head_behind_pods
     with kernel(cwd=str(log.parent)) as (_km, kc):
         assert not errors(run(kc, "%load_ext raynb"))

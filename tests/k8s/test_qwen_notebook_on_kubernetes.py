@@ -1,0 +1,59 @@
+"""The Qwen2.5 notebook top to bottom on its EKS path (CLUSTER="eks"): `raynb.up(values=...)` against the real control
+plane and KubeRay, doctor with the NVIDIA and EFA device plugins running as real DaemonSets on the kwok GPU nodes, a
+tiny Qwen2 trained through the port-forward, the EFA-vs-TCP cells, and `%raycluster down`.
+
+Modelled: the head pod is a local Ray head (CPU workers, gloo), so no EFA and no L4s — the values file keeps the
+sample's g6.12xlarge with EFA, which is what doctor checks."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+from conftest import HERE_PY, ROOT, apply, delete
+
+from raynb import kube
+from raynb.notebook import execute
+
+pytestmark = pytest.mark.k8s
+NOTEBOOK = ROOT / "notebooks" / "qwen25_finetune_eks.ipynb"
+
+
+def _plugin(name: str) -> dict:
+    return {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": name, "namespace": "kube-system"},
+            "spec": {"selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}},
+                                  "spec": {"nodeSelector": {"role": "gpu-worker"},
+                                           "containers": [{"name": "plugin", "image": f"example.invalid/{name}:1"}]}}}}
+
+
+def test_qwen_notebook_on_the_kubernetes_path(head_behind_pods, clean, tmp_path: Path, artifacts: Path) -> None:  # noqa: ANN001
+    plugins = ["nvidia-device-plugin-daemonset", "aws-efa-k8s-device-plugin-daemonset"]
+    for p in plugins:
+        apply(clean, _plugin(p))
+    values = tmp_path / "values.env"
+    values.write_text((ROOT / "manifests" / "values.env").read_text() + f"\nPYTHON_VERSION={HERE_PY}\n")
+    out = artifacts / "qwen25-tiny-kubernetes.ipynb"
+    params = {"CLUSTER": "eks", "VALUES": str(values), "WORKERS": 2, "GPU": False, "PRETRAINED": False, "TINY": True,
+              "SEQ_LEN": 64, "BATCH": 8, "STEPS": 60, "WARMUP": 5, "LR": 3e-3, "COMPILE": False,
+              "PROBE_SIZES": [1 << 18, 1 << 20]}
+    try:
+        summary = execute(NOTEBOOK, out, params, cwd=NOTEBOOK.parent)
+    finally:
+        for p in plugins:
+            delete(clean, "apps/v1", "DaemonSet", p, "kube-system")
+    assert summary.errors == []
+    main = next(r for r in summary.runs if r["name"].startswith("raytrain-"))
+    assert main["status"] == "succeeded" and main["step"] == 60
+    text = "\n".join(json.dumps(c.get("outputs", [])) for c in nbformat.read(out, as_version=4).cells)
+    assert "port-forward 127.0.0.1:" in text and "ready after" in text
+    doctor = re.findall(r"([✓✗!–]) ([^:\\]+):", text)
+    states = {name: mark for mark, name in doctor}
+    assert states.get("EFA and NVIDIA device plugins ready") == "✓", states
+    assert states.get("EFA requested by worker pods") == "✓" and states.get("notebook vs image versions") == "✓"
+    assert "✗" not in states.values(), states
+    assert "deleted" in text  # %raycluster down
+    assert kube.get_raycluster(kube.connect_api(), kube.RayClusterRef("ray-train-cluster", "ray-train")) is None
