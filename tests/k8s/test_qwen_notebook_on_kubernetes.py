@@ -48,7 +48,8 @@ def test_qwen_notebook_on_the_kubernetes_path(head_behind_pods, clean, tmp_path:
     assert summary.errors == []
     main = next(r for r in summary.runs if r["name"].startswith("raytrain-"))
     assert main["status"] == "succeeded" and main["step"] == 60
-    text = "\n".join(json.dumps(c.get("outputs", [])) for c in nbformat.read(out, as_version=4).cells)
+    cells = nbformat.read(out, as_version=4).cells
+    text = "\n".join(json.dumps(c.get("outputs", []), ensure_ascii=False) for c in cells)
     assert "port-forward 127.0.0.1:" in text and "ready after" in text
     doctor = re.findall(r"([✓✗!–]) ([^:\\]+):", text)
     states = {name: mark for mark, name in doctor}
