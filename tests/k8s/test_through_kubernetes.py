@@ -55,6 +55,9 @@ def test_raytrain_runs_through_the_kubernetes_path(head_behind_pods, clean) -> N
         t = text(out)
         assert "RayCluster ray-train/ray-train-cluster" in t and "ray-train-cluster-head" in t and "g6.12xlarge" in t
 
+        out = run(kc, "%raycluster list --namespace ray-train")
+        assert "ray-train-cluster" in text(out) and "workers 2/2 ready" in text(out), text(out)
+
         out = run(kc, "%raycluster logs head --tail 5")
         assert not errors(out), text(out)
         assert log.read_text().splitlines()[-1].split(" F ", 1)[1][:40] in text(out)

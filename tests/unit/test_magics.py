@@ -93,3 +93,24 @@ def test_render_prints_the_yaml(ip, capsys) -> None:  # noqa: ANN001
     ip.run_line_magic("raycluster", "render --set GPU_NODE_TYPE=p4d.24xlarge --set NAMESPACE=team-a")
     out = capsys.readouterr().out
     assert "kind: RayCluster" in out and "namespace: team-a" in out and "vpc.amazonaws.com/efa: '4'" in out
+
+
+def test_kubernetes_flags_and_local_do_not_mix(ip) -> None:  # noqa: ANN001
+    with pytest.raises(UsageError) as ei:
+        ip.run_line_magic("raycluster", "up --local --values manifests/values.env")
+    assert "--local cannot be combined" in ei.value.what
+
+
+def test_up_with_values_goes_to_kubernetes_and_says_what_is_missing(ip, tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """No kubeconfig here: the magic reaches the Kubernetes path (after the versions check) and says what to do."""
+    import sys
+
+    from raynb.kube import KubeError
+
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    py = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    with pytest.raises(KubeError) as ei:
+        ip.run_line_magic("raycluster", f"up --k8s --set PYTHON_VERSION={py} --context prod --timeout 5")
+    assert ei.value.what == "No Kubernetes configuration found."
