@@ -26,7 +26,8 @@ GROUP, VERSION, PLURAL = "ray.io", "v1", "rayclusters"
 FIELD_MANAGER = "raynb"
 OPERATOR_INSTALL = ("helm repo add kuberay https://ray-project.github.io/kuberay-helm/ && helm install kuberay-operator "
                     "kuberay/kuberay-operator --version 1.4.0 -n kuberay-operator --create-namespace")
-_SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+#: Where a pod's service account credentials are mounted (Kubernetes' fixed path; tests point it elsewhere).
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 
 class KubeError(RaynbError):
@@ -67,11 +68,20 @@ def connect_api(*, context: str | None = None, kubeconfig: str | None = None) ->
         api = config.new_client_from_config(config_file=path, context=chosen["name"])
         return Target(api, api.configuration.host, chosen["name"], chosen["context"].get("user"),
                       chosen["context"].get("namespace"))
-    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):  # inside a pod (e.g. JupyterHub on the same EKS cluster)
+        from kubernetes.config.incluster_config import InClusterConfigLoader
+
         cfg = client.Configuration()
-        config.load_incluster_config(client_configuration=cfg)
-        ns = _SA_NAMESPACE.read_text().strip() if _SA_NAMESPACE.exists() else None
-        return Target(client.ApiClient(cfg), cfg.host, None, "in-cluster service account", ns)
+        sa = SERVICE_ACCOUNT_DIR
+        try:
+            InClusterConfigLoader(token_filename=str(sa / "token"), cert_filename=str(sa / "ca.crt")).load_and_set(cfg)
+        except config.ConfigException as e:
+            raise KubeError("This kernel runs in a pod, but its service account credentials cannot be read.",
+                            saw=f"{e} (in {sa})", fix="mount a service account token (automountServiceAccountToken: "
+                            "true), or give a kubeconfig with --kubeconfig") from None
+        ns_file = sa / "namespace"
+        ns = ns_file.read_text().strip() if ns_file.exists() else None
+        return Target(client.ApiClient(cfg), cfg.host, None, f"the pod's service account (namespace {ns})", ns)
     raise KubeError("No Kubernetes configuration found.",
                     saw=f"no file at {path} (KUBECONFIG={os.environ.get('KUBECONFIG', '') or 'unset'}), and this "
                     "kernel is not running inside a pod",
