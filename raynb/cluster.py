@@ -256,7 +256,10 @@ class Cluster:
         from .kube import pod_logs
 
         name, text = pod_logs(self.kube.target, self.kube.ref, which, tail=tail)
-        return f"==> {self.kube.ref.namespace}/{name} (last {tail} lines)\n{text}"
+        return (f"==> {self.kube.ref.namespace}/{name} (last {tail} lines)\n{text}"
+                f"{'' if text.endswith(chr(10)) or not text else chr(10)}"
+                "(NCCL's lines are not in container logs: Ray workers write them to /tmp/ray/session_latest/logs/"
+                "worker-*.err in the pod; %%raytrain shows them parsed as badges, --nccl full shows them raw)")
 
     def down(self, *, progress: Callable[[str], None] | None = None) -> None:
         """Disconnect and stop the cluster: the embedded head and every process it started, or the RayCluster and its
