@@ -114,13 +114,17 @@ def _ray_checks(cl: Any) -> list[Check]:
         f"notebook Ray {ray.__version__} / Python {here_py}; cluster Ray {facts['ray']} / Python {facts['python']}",
         "" if same else f'pip install "ray[client,train,default]=={facts["ray"]}" in a Python '
                         f'{facts["python"].rsplit(".", 1)[0]} kernel'))
-    try:
-        with urllib.request.urlopen(f"{cl.dashboard_url}/api/version", timeout=5) as r:
-            dash_ok = r.status == 200
-    except OSError:
-        dash_ok = False
-    out.append(Check("Ray dashboard", "ok" if dash_ok else "warn", cl.dashboard_url or "no dashboard URL",
-                     "" if dash_ok else 'install "ray[default]" where the head runs'))
+    dash_ok = False
+    if cl.dashboard_url:
+        try:
+            with urllib.request.urlopen(f"{cl.dashboard_url}/api/version", timeout=5) as r:
+                dash_ok = r.status == 200
+        except (OSError, ValueError):
+            dash_ok = False
+    out.append(Check("Ray dashboard", "ok" if dash_ok else "warn",
+                     cl.dashboard_url or "the head runs without a dashboard",
+                     "" if dash_ok else 'install "ray[default]" where the head runs (and do not start it with '
+                     "--no-dashboard / RAYNB_LOCAL_DASHBOARD=0)"))
     cluster_gpus = int(ray.cluster_resources().get("GPU", 0))
     if facts["gpus_seen"] and cluster_gpus < facts["gpus_seen"]:
         out.append(Check("GPUs", "warn", f"the machine has {facts['gpus_seen']} GPUs, the cluster offers "
