@@ -121,7 +121,23 @@ class ProbeResult:
             body += "</tr>"
         return (f'<div class="raynb-probe"><b>all_reduce</b> over {self.workers} '
                 f'{"GPU" if self.gpu else "CPU"} workers · transport: {html.escape(self._label(self.transport))}'
-                f'<table style="font-size:12px">{head}{body}</table></div>')
+                f'<div style="display:flex;gap:12px;align-items:flex-start">'
+                f'<table style="font-size:12px">{head}{body}</table>{self.chart()}</div></div>')
+
+    def chart(self) -> str:
+        """busbw against message size (log2 MiB on x), default transport and, when measured, sockets forced."""
+        import math
+
+        from .display.svg import line_chart
+
+        def pts(rows: list[dict[str, float]]) -> list[tuple[float, float]]:
+            return [(math.log2(r["size_bytes"] / MiB), r["busbw_gbps"]) for r in rows if r["size_bytes"] > 0]
+
+        series = {"default": pts(self.rows)}
+        if self.tcp_rows:
+            series["TCP forced"] = pts(self.tcp_rows)
+        return line_chart(series, title="busbw vs log2(size / MiB)", unit="GB/s", chart_id="probe", width=360,
+                          height=180)
 
 
 def _one(settings: Settings, sizes: list[int], env: dict[str, str] | None, name: str,

@@ -186,6 +186,22 @@ class Run:
         recs = self.records
         return max((r.get("step", 0) for r in recs), default=0) if recs else 0
 
+    def rate(self, key: str = "tokens", *, skip_steps: int | None = None) -> float:
+        """Steady-state throughput of a reported count (``tokens``, ``samples``): the sum over ranks per second of
+        wall time, after the first ``skip_steps`` steps (default: a tenth of the run) — compile, warm-up and
+        start-up excluded, unlike ``total / elapsed``."""
+        recs = [r for r in self.records if key in r and "time" in r]
+        if not recs:
+            return 0.0
+        last = max(int(r.get("step", 0)) for r in recs)
+        skip = max(1, last // 10) if skip_steps is None else skip_steps
+        base = [r for r in recs if int(r.get("step", 0)) <= skip]
+        after = [r for r in recs if int(r.get("step", 0)) > skip]
+        if not base or not after:
+            return 0.0
+        t0, t1 = max(r["time"] for r in base), max(r["time"] for r in after)
+        return float(sum(r[key] for r in after) / (t1 - t0)) if t1 > t0 else 0.0
+
     @property
     def elapsed(self) -> float:
         if self.started_at is None:

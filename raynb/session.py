@@ -38,6 +38,10 @@ def worker_env_defaults() -> dict[str, str]:
 KNOWN_NOISE = (
     re.compile(r"Actor with class name: 'PreemptionWatcher' and ID: '\w+' has constructor arguments"),
     re.compile(r"SIGTERM handler is not set because current thread is not the main thread"),
+    # one INFO line per rank on every checkpointing ray.train.report()
+    re.compile(r"Reporting training result \d+: TrainingReport\("),
+    # Train's placement-group watchdog polling the State API, which needs the dashboard (heads started without it)
+    re.compile(r"Failed to query Ray Train Controller actor state\. State API may be temporarily unavailable"),
 )
 
 
