@@ -197,7 +197,8 @@ class Cluster:
         self.dashboard_url = f"http://{dash_fw.address}"
         say(f"port-forward 127.0.0.1:{client_fw.local_port} → head:10001 (Ray Client), "
             f"127.0.0.1:{dash_fw.local_port} → head:8265 (dashboard) through the Kubernetes API")
-        server_ray = _dashboard_ray_version(self.dashboard_url) or self.kube.values.get("RAY_VERSION", "")
+        answer = session.dashboard_get(self.dashboard_url, "/api/version", timeout=10) or {}
+        server_ray = str(answer.get("ray_version") or "") or self.kube.values.get("RAY_VERSION", "")
         session.check_versions(server_ray, self.kube.values.get("PYTHON_VERSION", ""),
                                where=f"the cluster (image {self.kube.values.get('DLC_IMAGE', '?')})")
 
@@ -304,19 +305,6 @@ class Cluster:
             return {"text/plain": st.text(), "text/html": st.html()}
         except NotConnectedError:
             return {"text/plain": repr(self) + " (not connected)"}
-
-
-def _dashboard_ray_version(dashboard_url: str | None) -> str | None:
-    import json
-    import urllib.request
-
-    if not dashboard_url:
-        return None
-    try:
-        with urllib.request.urlopen(f"{dashboard_url}/api/version", timeout=10) as r:
-            return str(json.loads(r.read().decode()).get("ray_version") or "") or None
-    except (OSError, ValueError):
-        return None
 
 
 def _job_runtime_env(kind: str) -> dict[str, Any]:
@@ -479,14 +467,22 @@ def _default_namespace() -> str:
         return "ray-train"
 
 
-def _from_kubernetes(name: str, *, namespace: str | None, context: str | None, kubeconfig: str | None,
-                     connect: bool, progress: Callable[[str], None] | None) -> Cluster:
+def _named_raycluster(name: str, *, namespace: str | None, context: str | None,
+                      kubeconfig: str | None) -> tuple[Settings, Target, RayClusterRef]:
+    """Settings, API target and reference for a RayCluster named by the user (from_name, down NAME)."""
     from . import kube
 
     settings = resolve({"kube_context": context, "kube_namespace": namespace})
     target = kube.connect_api(context=settings.kube_context, kubeconfig=kubeconfig)
-    ns = settings.kube_namespace or _default_namespace()
-    ref = kube.RayClusterRef(name, ns)
+    return settings, target, kube.RayClusterRef(name, settings.kube_namespace or _default_namespace())
+
+
+def _from_kubernetes(name: str, *, namespace: str | None, context: str | None, kubeconfig: str | None,
+                     connect: bool, progress: Callable[[str], None] | None) -> Cluster:
+    from . import kube
+
+    settings, target, ref = _named_raycluster(name, namespace=namespace, context=context, kubeconfig=kubeconfig)
+    ns = ref.namespace
     kube.ensure_crd(target)
     rc = kube.get_raycluster(target, ref)
     if rc is None:
@@ -495,9 +491,8 @@ def _from_kubernetes(name: str, *, namespace: str | None, context: str | None, k
                                 saw="RayClusters there: " + (", ".join(names) or "none"),
                                 fix="pick one of those (namespace=... for another namespace), or `%raycluster up`")
     ann = rc.get("metadata", {}).get("annotations", {})
-    image = rc["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0].get("image", "")
     vals = {"RAY_VERSION": rc["spec"].get("rayVersion", ""), "PYTHON_VERSION": ann.get("raynb.io/python-version", ""),
-            "DLC_IMAGE": image, "GPU_NODE_TYPE": ann.get("raynb.io/gpu-node-type", "")}
+            "DLC_IMAGE": kube.head_image(rc), "GPU_NODE_TYPE": ann.get("raynb.io/gpu-node-type", "")}
     for g in rc["spec"].get("workerGroupSpecs", []):
         for c in g["template"]["spec"]["containers"]:
             req = (c.get("resources") or {}).get("requests") or {}
@@ -537,7 +532,7 @@ def clusters(*, namespace: str | None = None, context: str | None = None,
         _, line = kube.readiness(rc)
         rows.append({"name": rc["metadata"]["name"], "namespace": rc["metadata"]["namespace"], "kind": "kubernetes",
                      "state": line, "address": target.where(),
-                     "image": rc["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0].get("image", "?")})
+                     "image": kube.head_image(rc)})
     return rows
 
 
@@ -555,12 +550,10 @@ def down(name: str | None = None, *, namespace: str | None = None, context: str 
         if _current is not None and _current.kube is not None and _current.name == name:
             _current.down(progress=say)
             return True
-        settings = resolve({"kube_context": context, "kube_namespace": namespace})
-        target = kube.connect_api(context=settings.kube_context, kubeconfig=kubeconfig)
-        ns = settings.kube_namespace or _default_namespace()
-        gone = kube.delete_raycluster(target, kube.RayClusterRef(name, ns), progress=say)
+        _, target, ref = _named_raycluster(name, namespace=namespace, context=context, kubeconfig=kubeconfig)
+        gone = kube.delete_raycluster(target, ref, progress=say)
         if not gone:
-            say(f"no RayCluster {ns}/{name}: nothing to delete")
+            say(f"no RayCluster {ref.namespace}/{name}: nothing to delete")
         return gone
     if _current is not None:
         _current.down(progress=say)

@@ -19,7 +19,7 @@ from .errors import ClusterStartError, RaynbError
 from .pod_diagnosis import Diagnosis, diagnose_pods, is_hopeless
 
 __all__ = ["KubeError", "Target", "connect_api", "RayClusterRef", "apply_raycluster", "get_raycluster",
-           "spec_differences", "wait_ready", "delete_raycluster", "list_rayclusters", "head_pod_name", "pods",
+           "spec_differences", "wait_ready", "head_image", "delete_raycluster", "list_rayclusters", "head_pod_name", "pods",
            "nodes", "pod_logs", "KubeStatus", "PodRow", "NodeRow", "kube_status", "FIELD_MANAGER"]
 
 GROUP, VERSION, PLURAL = "ray.io", "v1", "rayclusters"
@@ -247,6 +247,11 @@ def _desired_workers(rc: Mapping[str, Any]) -> int:
     if st.get("desiredWorkerReplicas") is not None:
         return int(st["desiredWorkerReplicas"])
     return sum(int(g.get("replicas", 0)) for g in rc.get("spec", {}).get("workerGroupSpecs", []))
+
+
+def head_image(rc: Mapping[str, Any]) -> str:
+    """The image of the RayCluster's head container (the DLC image on raynb's clusters)."""
+    return str(rc["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0].get("image", "?"))
 
 
 def readiness(rc: Mapping[str, Any]) -> tuple[bool, str]:
@@ -489,7 +494,7 @@ def kube_status(target: Target, ref: RayClusterRef) -> KubeStatus:
         raise KubeError(f"No RayCluster {ref.name!r} in namespace {ref.namespace!r}.",
                         fix="`%raycluster list` shows the RayClusters; `%raycluster up` creates one")
     _, line = readiness(rc)
-    image = rc["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0].get("image", "?")
+    image = head_image(rc)
     prows = [_pod_row(p) for p in pods(target, ref)]
     used = {r.node for r in prows}
     try:

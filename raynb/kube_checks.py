@@ -151,7 +151,7 @@ def evaluate(rc: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], nodes: Se
     return out
 
 
-def kube_checks(target: Any, ref: Any, values: Mapping[str, str], *, ray_connected: bool) -> list[Check]:
+def kube_checks(target: Any, ref: Any, values: Mapping[str, str]) -> list[Check]:
     """Read what :func:`evaluate` needs through the API (cluster-scoped lists may be refused: then 'warn')."""
     from . import kube
 

@@ -20,7 +20,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -274,11 +273,9 @@ def start_head(
 def _dashboard_ready(head: LocalHead) -> bool:
     if not head.dashboard:
         return True
-    try:
-        with urllib.request.urlopen(f"{head.dashboard_url}/api/version", timeout=1) as r:
-            return r.status == 200
-    except OSError:
-        return False
+    from .session import dashboard_get
+
+    return dashboard_get(head.dashboard_url, "/api/version", timeout=1) is not None
 
 
 def _log_tail(path: Path, n: int = 15) -> str:

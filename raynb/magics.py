@@ -210,12 +210,14 @@ class RayNBMagics(Magics):
                                        "local_dashboard": False if args.no_dashboard else None})
             return C.up(local=True, settings=settings)
         if cmd == "down":
-            stopped = C.down(args.name, namespace=args.namespace, context=args.context)
+            kube = self._settings({"kube_context": args.context, "kube_namespace": args.namespace})
+            stopped = C.down(args.name, namespace=kube.kube_namespace, context=kube.kube_context)
             if args.name is None:
                 print("cluster stopped" if stopped else "no cluster was running")
             return None
         if cmd == "list":
-            rows = C.clusters(namespace=args.namespace, context=args.context)
+            kube = self._settings({"kube_context": args.context, "kube_namespace": args.namespace})
+            rows = C.clusters(namespace=kube.kube_namespace, context=kube.kube_context)
             if not rows:
                 print("no clusters")
             for r in rows:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import html
 import sys
-import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,7 +90,7 @@ def doctor() -> Checklist:
     if cl.kube is not None:
         from .kube_checks import kube_checks
 
-        out.checks += kube_checks(cl.kube.target, cl.kube.ref, cl.kube.values, ray_connected=ray.is_initialized())
+        out.checks += kube_checks(cl.kube.target, cl.kube.ref, cl.kube.values)
     else:
         for name in ("EFA requested by worker pods", "GPU nodes advertise EFA and GPUs",
                      "EFA and NVIDIA device plugins ready", "GPU nodes in one availability zone",
@@ -103,7 +102,7 @@ def doctor() -> Checklist:
 def _ray_checks(cl: Any) -> list[Check]:
     import ray
 
-    from .session import worker_env_defaults
+    from .session import dashboard_get, worker_env_defaults
 
     out: list[Check] = []
     facts = ray.get(ray.remote(num_cpus=0)(_node_facts).remote())
@@ -114,13 +113,7 @@ def _ray_checks(cl: Any) -> list[Check]:
         f"notebook Ray {ray.__version__} / Python {here_py}; cluster Ray {facts['ray']} / Python {facts['python']}",
         "" if same else f'pip install "ray[client,train,default]=={facts["ray"]}" in a Python '
                         f'{facts["python"].rsplit(".", 1)[0]} kernel'))
-    dash_ok = False
-    if cl.dashboard_url:
-        try:
-            with urllib.request.urlopen(f"{cl.dashboard_url}/api/version", timeout=5) as r:
-                dash_ok = r.status == 200
-        except (OSError, ValueError):
-            dash_ok = False
+    dash_ok = dashboard_get(cl.dashboard_url, "/api/version", timeout=5) is not None
     out.append(Check("Ray dashboard", "ok" if dash_ok else "warn",
                      cl.dashboard_url or "the head runs without a dashboard",
                      "" if dash_ok else 'install "ray[default]" where the head runs (and do not start it with '

@@ -18,7 +18,8 @@ from typing import Any
 
 from .errors import ConnectError
 
-__all__ = ["connect", "disconnect", "is_connected", "check_versions", "auth_preflight", "worker_env_defaults"]
+__all__ = ["connect", "disconnect", "is_connected", "check_versions", "auth_preflight", "dashboard_get",
+           "worker_env_defaults"]
 
 #: Environment every raynb worker starts with (user values win). NVLink multicast stays off: on shared multi-GPU
 #: hosts a program using it can take the host's GPUs down.
@@ -95,6 +96,19 @@ def _process_uses_token_auth() -> bool:
     return os.environ.get("RAY_AUTH_MODE", "disabled").lower() == "token"
 
 
+def dashboard_get(dashboard_url: str | None, path: str, timeout: float = 5.0) -> dict[str, Any] | None:
+    """GET one of the dashboard's JSON endpoints (``/api/version``, ``/api/authentication_mode``); None when there is
+    no dashboard or it does not answer."""
+    if not dashboard_url:
+        return None
+    try:
+        with urllib.request.urlopen(f"{dashboard_url}{path}", timeout=timeout) as r:
+            out = json.loads(r.read().decode())
+    except (OSError, ValueError, urllib.error.URLError):
+        return None
+    return out if isinstance(out, dict) else None
+
+
 def auth_preflight(dashboard_url: str | None, timeout: float = 3.0) -> str | None:
     """Match this kernel's Ray auth mode to the head's before connecting.
 
@@ -102,13 +116,10 @@ def auth_preflight(dashboard_url: str | None, timeout: float = 3.0) -> str | Non
     "connection timeout" (ray-behaviour.md). The dashboard answers ``/api/authentication_mode`` without a token, so ask
     it first. Returns the head's mode, or None when the dashboard cannot be asked.
     """
-    if not dashboard_url:
+    answer = dashboard_get(dashboard_url, "/api/authentication_mode", timeout)
+    if answer is None:
         return None
-    try:
-        with urllib.request.urlopen(f"{dashboard_url}/api/authentication_mode", timeout=timeout) as r:
-            mode = json.loads(r.read().decode()).get("authentication_mode")
-    except (OSError, ValueError, urllib.error.URLError):
-        return None
+    mode = answer.get("authentication_mode")
     if mode == "token" and not _process_uses_token_auth():
         if not _token_available():
             raise ConnectError(

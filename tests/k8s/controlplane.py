@@ -261,20 +261,22 @@ def up(d: Path, *, nodes: list[dict[str, Any]] | None = None, timeout: float = 1
     return stack
 
 
+def _gomodcache() -> Path:
+    """Where `build` left the modules (the CRDs ship inside them)."""
+    out = subprocess.run(["go", "env", "GOMODCACHE"], capture_output=True, text=True).stdout.strip()
+    return Path(out or Path.home() / "go" / "pkg" / "mod")
+
+
 def _kuberay_crds() -> list[Path]:
     """The CRDs of the operator that was built (it watches all three kinds)."""
     ver = os.environ.get("KUBERAY_VERSION", "v1.6.1")
-    gomod = subprocess.run(["go", "env", "GOMODCACHE"], capture_output=True, text=True).stdout.strip() or str(
-        Path.home() / "go" / "pkg" / "mod")
-    bases = Path(gomod) / f"github.com/ray-project/kuberay/ray-operator@{ver}/config/crd/bases"
+    bases = _gomodcache() / f"github.com/ray-project/kuberay/ray-operator@{ver}/config/crd/bases"
     return [bases / f"ray.io_{k}.yaml" for k in ("rayclusters", "rayjobs", "rayservices")]
 
 
 def _kwok_crd(plural: str) -> Path:
     ver = os.environ.get("KWOK_VERSION", "v0.8.0")
-    gomod = subprocess.run(["go", "env", "GOMODCACHE"], capture_output=True, text=True).stdout.strip() or str(
-        Path.home() / "go" / "pkg" / "mod")
-    return Path(gomod) / f"sigs.k8s.io/kwok@{ver}/kustomize/crd/bases/kwok.x-k8s.io_{plural}.yaml"
+    return _gomodcache() / f"sigs.k8s.io/kwok@{ver}/kustomize/crd/bases/kwok.x-k8s.io_{plural}.yaml"
 
 
 def down(d: Path) -> None:

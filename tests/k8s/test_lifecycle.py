@@ -41,6 +41,15 @@ def test_up_ready_status_reuse_down(clean) -> None:  # noqa: ANN001
     assert {(n.instance_type, n.gpus, n.efa) for n in st.kube.nodes} >= {("g6.12xlarge", "4", "1")}
     assert "ray-train-cluster-head" in st.text() and "raynb-pods" in st.html()
 
+    again = raynb.Cluster.from_name("ray-train-cluster", connect=False)  # e.g. after a kernel restart
+    assert again.kind == "kubernetes" and again.kube.ref == REF
+    assert again.kube.values["DLC_IMAGE"] == "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"
+    assert again.kube.values["PYTHON_VERSION"] == HERE_PY and again.efa_expected() == (True, False)
+    with pytest.raises(raynb.RaynbError) as e:
+        raynb.Cluster.from_name("no-such-cluster", connect=False)
+    assert "No RayCluster 'no-such-cluster' in namespace 'ray-train'" in e.value.what
+    assert "ray-train-cluster" in e.value.saw
+
     rows = raynb.clusters(namespace="ray-train")
     assert [r["name"] for r in rows if r["kind"] == "kubernetes"] == ["ray-train-cluster"]
 
