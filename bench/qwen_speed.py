@@ -62,7 +62,7 @@ def matmul_tflops() -> float | None:
 
 def run_raynb(cfg: dict[str, Any], workers: int, env: dict[str, str]) -> dict[str, Any]:
     import raynb
-    from raynb.cell import compile_cell
+    from raynb._cell import compile_cell
 
     helpers, body = notebook_cells()
     ns: dict[str, Any] = {"__name__": "__main__"}

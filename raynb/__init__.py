@@ -3,33 +3,62 @@
 ``%load_ext raynb`` gives ``%raycluster`` and ``%%raytrain``; each has a plain-Python twin:
 ``raynb.up(local=True)`` (or ``raynb.up(values="manifests/values.env")`` for the DLC RayCluster on Kubernetes),
 ``raynb.train(fn, workers=2)``, ``raynb.report(loss=...)``, ``raynb.doctor()``, ``raynb.clusters()``, ``raynb.down()``.
-Heavy parts (IPython, pandas, plotly, Ray Train) load on first use, so workers import raynb cheaply.
+
+Everything in ``__all__`` is the public API; modules with a leading underscore are the implementation. Heavy parts
+(IPython, pandas, plotly, Ray Train) load on first use, so workers import raynb cheaply.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .errors import RaynbError
-from .metrics import report
+from ._metrics import report
+from ._worker_env import TCP_ENV
+from .errors import (
+    CaptureError,
+    CellSyntaxError,
+    ClusterStartError,
+    ConnectError,
+    InsufficientResourcesError,
+    KubeError,
+    ManifestError,
+    NotConnectedError,
+    RaynbError,
+    RunAborted,
+    TrainingFailedError,
+    UsageError,
+)
+
+if TYPE_CHECKING:
+    from ._checks import Checklist
+    from ._cluster import Cluster, ClusterStatus, clusters, current, down, up
+    from ._doctor import doctor
+    from ._probe import ProbeResult, bench
+    from ._run import Run
+    from ._run_error import RunError
+    from ._settings import Settings
+    from ._train import train
 
 __version__ = "0.1.0"
 __all__ = [
-    "up", "down", "current", "clusters", "train", "report", "doctor", "bench", "Cluster", "Run", "RaynbError",
-    "load_ipython_extension",
-    "unload_ipython_extension", "__version__",
+    # clusters
+    "up", "down", "current", "clusters", "Cluster", "ClusterStatus",
+    # runs
+    "train", "report", "Run", "RunError", "Settings", "TCP_ENV",
+    # checks
+    "doctor", "Checklist", "bench", "ProbeResult",
+    # errors
+    "RaynbError", "UsageError", "NotConnectedError", "ClusterStartError", "ConnectError", "KubeError",
+    "ManifestError", "InsufficientResourcesError", "CellSyntaxError", "CaptureError", "TrainingFailedError",
+    "RunAborted",
+    # IPython
+    "load_ipython_extension", "unload_ipython_extension", "__version__",
 ]
 
 _LAZY = {
-    "up": ("cluster", "up"),
-    "down": ("cluster", "down"),
-    "current": ("cluster", "current"),
-    "clusters": ("cluster", "clusters"),
-    "Cluster": ("cluster", "Cluster"),
-    "train": ("run", "train"),
-    "Run": ("run", "Run"),
-    "doctor": ("preflight", "doctor"),
-    "bench": ("probe", "bench"),
+    "up": "_cluster", "down": "_cluster", "current": "_cluster", "clusters": "_cluster", "Cluster": "_cluster",
+    "ClusterStatus": "_cluster", "train": "_train", "Run": "_run", "RunError": "_run_error", "Settings": "_settings",
+    "doctor": "_doctor", "Checklist": "_checks", "bench": "_probe", "ProbeResult": "_probe",
 }
 
 
@@ -37,8 +66,7 @@ def __getattr__(name: str) -> Any:
     if name in _LAZY:
         import importlib
 
-        mod, attr = _LAZY[name]
-        return getattr(importlib.import_module(f".{mod}", __name__), attr)
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module 'raynb' has no attribute {name!r}")
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 __all__ = [
     "RaynbError",
+    "KubeError",
+    "ManifestError",
     "UsageError",
     "NotConnectedError",
     "ClusterStartError",
@@ -17,6 +19,7 @@ __all__ = [
     "CaptureError",
     "TrainingFailedError",
     "RunAborted",
+    "not_connected",
 ]
 
 
@@ -37,9 +40,21 @@ class RaynbError(Exception):
         return "\n".join(parts)
 
     def _render_traceback_(self) -> list[str]:
-        red, reset = "\x1b[31m", "\x1b[0m"
+        red, reset = ("\x1b[31m", "\x1b[0m") if _colours_on() else ("", "")
         lines = self.message.splitlines()
         return [f"{red}{type(self).__name__}{reset}: {lines[0]}", *lines[1:]]
+
+
+def _colours_on() -> bool:
+    """Follow IPython's colour setting (``--colors=NoColor`` / ``%colors nocolor``); plain text outside IPython."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    ip = get_ipython()
+    if ip is None:
+        return False
+    return str(getattr(ip, "colors", "Neutral")).lower() != "nocolor"
 
 
 class UsageError(RaynbError):
@@ -48,6 +63,21 @@ class UsageError(RaynbError):
 
 class NotConnectedError(RaynbError):
     """No Ray cluster is connected in this kernel."""
+
+
+def not_connected() -> NotConnectedError:
+    """The one wording for "this kernel has no cluster to talk to"."""
+    return NotConnectedError("This kernel is not connected to a Ray cluster.",
+                             fix="run `%raycluster up --local` (raynb.up(local=True)), or `%raycluster up --values F` "
+                             "for a RayCluster on Kubernetes.")
+
+
+class KubeError(RaynbError):
+    """Kubernetes refused or could not do what raynb asked."""
+
+
+class ManifestError(RaynbError):
+    """The values or the rendered RayCluster are not usable."""
 
 
 class ClusterStartError(RaynbError):

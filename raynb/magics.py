@@ -13,52 +13,22 @@ import shlex
 from typing import Any, NoReturn
 
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
-from traitlets import Bool, Float, Integer, Unicode
 from traitlets.config import Configurable
 
-from .config import Settings, parse_assignments
-from .errors import RunAborted, UsageError
+from ._settings import Settings, add_flag, config_traits, parse_assignments
+from .errors import RunAborted, UsageError, not_connected
 
 __all__ = ["RayNB", "RayNBMagics", "register", "unregister"]
 
 
-class RayNB(Configurable):
-    """raynb options settable with ``%config RayNB.<name> = value``. Unset (None) means: take the next layer."""
-
-    workers = Integer(None, allow_none=True, help="Default number of %%raytrain workers.").tag(config=True)
-    gpu = Bool(None, allow_none=True, help="Train on GPUs by default.").tag(config=True)
-    cpus_per_worker = Float(None, allow_none=True, help="CPUs each worker reserves.").tag(config=True)
-    local_num_cpus = Integer(None, allow_none=True, help="CPUs the embedded head offers.").tag(config=True)
-    local_num_gpus = Integer(None, allow_none=True, help="GPUs the embedded head offers.").tag(config=True)
-    local_dashboard = Bool(None, allow_none=True, help="Start the embedded head with Ray's dashboard.").tag(config=True)
-    start_timeout_s = Float(None, allow_none=True, help="How long `up` waits for the cluster.").tag(config=True)
-    connect_timeout_s = Float(None, allow_none=True, help="How long Ray Client connects may retry.").tag(config=True)
-    health_check_interval_s = Float(None, allow_none=True, help="Ray Train controller poll interval.").tag(
-        config=True)
-    fast_train_report = Bool(None, allow_none=True,
-                             help="Route metric-only ray.train.report() to raynb's non-blocking path.").tag(config=True)
-    refresh_hz = Float(None, allow_none=True, help="Live display redraws per second.").tag(config=True)
-    nccl = Unicode(None, allow_none=True, help="NCCL logging: summary, full or off.").tag(config=True)
-    strict_efa = Bool(None, allow_none=True, help="Fail runs whose NCCL fell back to sockets.").tag(config=True)
-    storage_path = Unicode(None, allow_none=True, help="Ray Train storage path.").tag(config=True)
-    kube_context = Unicode(None, allow_none=True, help="Kubernetes context (default: the current one).").tag(
-        config=True)
-    kube_namespace = Unicode(None, allow_none=True, help="Kubernetes namespace (default: the values file's).").tag(
-        config=True)
-    kube_start_timeout_s = Float(None, allow_none=True, help="How long `up` waits for a Kubernetes RayCluster.").tag(
-        config=True)
-
+class _RayNBBase(Configurable):
     def values(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.trait_names(config=True) if getattr(self, k) is not None}
 
 
-def _bool(text: str) -> bool:
-    low = text.strip().lower()
-    if low in {"1", "true", "yes", "on"}:
-        return True
-    if low in {"0", "false", "no", "off"}:
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, not {text!r}")
+#: raynb options settable with ``%config RayNB.<name> = value``; one trait per Settings field (``_settings.py``).
+#: Unset (None) means: take the next layer.
+RayNB = type("RayNB", (_RayNBBase,), {"__doc__": "raynb options (%config RayNB.<name> = value).", **config_traits()})
 
 
 class _Parser(argparse.ArgumentParser):
@@ -74,17 +44,16 @@ class _Parser(argparse.ArgumentParser):
 def _train_parser() -> _Parser:
     p = _Parser(prog="%%raytrain", add_help=True,
                 description="Run the cell as Ray Train's train_loop_per_worker(config) on N workers.")
-    p.add_argument("--workers", "-n", type=int, help="number of workers")
+    add_flag(p, "workers", "-n")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--gpu", nargs="?", const=True, default=None, type=_bool, metavar="BOOL",
-                   help="one GPU per worker (NCCL); `--gpu $USE_GPU` takes a notebook variable")
-    g.add_argument("--cpus-per-worker", type=float, help="CPUs per worker (gloo)")
+    add_flag(g, "gpu")
+    add_flag(g, "cpus_per_worker")
     p.add_argument("--config", metavar="EXPR", help="Python expression for `config` (evaluated in the notebook)")
     p.add_argument("--name", help="run name")
     p.add_argument("--out", metavar="VAR", help="store the Run in this notebook variable")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="worker environment variable")
-    p.add_argument("--nccl", choices=["summary", "full", "off"], help="NCCL logging")
-    p.add_argument("--strict-efa", action="store_true", default=None, help="fail fast on a socket fallback")
+    add_flag(p, "nccl")
+    add_flag(p, "strict_efa")
     return p
 
 
@@ -93,27 +62,28 @@ def _cluster_parser() -> _Parser:
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
     upp = sub.add_parser("up", help="start (or reuse) a cluster and connect")
     upp.add_argument("--local", action="store_true", help="the embedded local cluster (default)")
-    upp.add_argument("--num-cpus", type=int)
-    upp.add_argument("--num-gpus", type=int)
-    upp.add_argument("--timeout", type=float)
-    upp.add_argument("--no-dashboard", action="store_true", default=None, help="start the head without Ray's dashboard")
+    add_flag(upp, "local_num_cpus")
+    add_flag(upp, "local_num_gpus")
+    upp.add_argument("--timeout", type=float, help="seconds to wait for the cluster (embedded: start_timeout_s, "
+                     "Kubernetes: kube_start_timeout_s)")
+    add_flag(upp, "local_dashboard")
     k = upp.add_argument_group("Kubernetes (any of these creates the DLC RayCluster instead of the local cluster)")
     k.add_argument("--k8s", action="store_true", help="the DLC RayCluster with the default values file")
     k.add_argument("--values", help="values file (default: manifests/values.env)")
     k.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides")
-    k.add_argument("--context", help="kubeconfig context (default: the current one)")
-    k.add_argument("--namespace", help="namespace (default: NAMESPACE in the values file)")
+    add_flag(k, "kube_context")
+    add_flag(k, "kube_namespace")
     k.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
     k.add_argument("--recreate", action="store_true", help="replace a RayCluster whose spec differs")
     k.add_argument("--no-connect", action="store_true", help="create and wait, but do not connect this kernel")
     dn = sub.add_parser("down", help="stop the cluster and everything it started")
     dn.add_argument("name", nargs="?", help="a RayCluster to delete (default: this kernel's cluster)")
-    dn.add_argument("--namespace")
-    dn.add_argument("--context")
+    add_flag(dn, "kube_namespace")
+    add_flag(dn, "kube_context")
     sub.add_parser("status", help="nodes, CPUs, GPUs, pods, dashboard link")
     ls = sub.add_parser("list", help="the embedded cluster and the RayClusters of the kubeconfig's context")
-    ls.add_argument("--namespace", help="one namespace (default: all)")
-    ls.add_argument("--context")
+    add_flag(ls, "kube_namespace")
+    add_flag(ls, "kube_context")
     lg = sub.add_parser("logs", help="container log of the head or a worker pod (Kubernetes)")
     lg.add_argument("which", nargs="?", default="head", help="head, worker-N or a pod name")
     lg.add_argument("--tail", type=int, default=200)
@@ -123,8 +93,8 @@ def _cluster_parser() -> _Parser:
     r.add_argument("--values", help="values file (default: manifests/values.env)")
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides")
     b = sub.add_parser("bench", help="all_reduce bus-bandwidth sweep across the workers")
-    b.add_argument("--workers", "-n", type=int)
-    b.add_argument("--gpu", action="store_true", default=None)
+    add_flag(b, "workers", "-n")
+    add_flag(b, "gpu")
     b.add_argument("--sizes", help="comma-separated sizes, e.g. 1M,64M,1G")
     b.add_argument("--compare-tcp", action="store_true", help="run again with sockets forced and give the ratio")
     return p
@@ -177,7 +147,7 @@ class RayNBMagics(Magics):
         self.options = RayNB(parent=shell)
 
     def _settings(self, flags: dict[str, Any]) -> Settings:
-        from .cluster import resolve_settings
+        from ._cluster import resolve_settings
 
         return resolve_settings(flags, self.options.values())
 
@@ -185,7 +155,7 @@ class RayNBMagics(Magics):
     def raycluster(self, line: str) -> Any:
         """%raycluster up [--local | --k8s --values F --set K=V ...] | down [NAME] | status | list | logs [POD] |
         dashboard | doctor | bench | render"""
-        from . import cluster as C
+        from . import _cluster as C
 
         try:
             args = _cluster_parser().parse_args(shlex.split(line))
@@ -193,35 +163,31 @@ class RayNBMagics(Magics):
             raise UsageError(f"%raycluster: {e}") from None
         cmd = args.command or "status"
         if cmd == "up":
-            kube = bool(args.k8s or args.values or args.overrides or args.context or args.namespace
+            kube = bool(args.k8s or args.values or args.overrides or args.kube_context or args.kube_namespace
                         or args.kubeconfig or args.recreate or args.no_connect)
             if kube and args.local:
                 raise UsageError("%raycluster up: --local cannot be combined with Kubernetes options",
                                  fix="drop --local to create the RayCluster, or drop the Kubernetes options")
             if kube:
-                settings = self._settings({"kube_start_timeout_s": args.timeout, "kube_context": args.context,
-                                           "kube_namespace": args.namespace})
+                settings = self._settings({"kube_start_timeout_s": args.timeout, "kube_context": args.kube_context,
+                                           "kube_namespace": args.kube_namespace})
                 return C.up(local=False, values=args.values,
                             set=parse_assignments(args.overrides, "%raycluster up: --set"),
                             kubeconfig=args.kubeconfig, recreate=args.recreate, connect=not args.no_connect,
                             settings=settings)
-            settings = self._settings({"local_num_cpus": args.num_cpus, "local_num_gpus": args.num_gpus,
-                                       "start_timeout_s": args.timeout,
-                                       "local_dashboard": False if args.no_dashboard else None})
+            settings = self._settings({"local_num_cpus": args.local_num_cpus, "local_num_gpus": args.local_num_gpus,
+                                       "start_timeout_s": args.timeout, "local_dashboard": args.local_dashboard})
             return C.up(local=True, settings=settings)
         if cmd == "down":
-            kube = self._settings({"kube_context": args.context, "kube_namespace": args.namespace})
+            kube = self._settings({"kube_context": args.kube_context, "kube_namespace": args.kube_namespace})
             stopped = C.down(args.name, namespace=kube.kube_namespace, context=kube.kube_context)
             if args.name is None:
                 print("cluster stopped" if stopped else "no cluster was running")
             return None
         if cmd == "list":
-            kube = self._settings({"kube_context": args.context, "kube_namespace": args.namespace})
+            kube = self._settings({"kube_context": args.kube_context, "kube_namespace": args.kube_namespace})
             rows = C.clusters(namespace=kube.kube_namespace, context=kube.kube_context)
-            if not rows:
-                print("no clusters")
-            for r in rows:
-                print(f"{r['name']:<24} {r['namespace']:<12} {r['kind']:<10} {r['state']}  ({r['image']})")
+            print(_cluster_table(rows))
             return None
         if cmd == "render":
             from .manifest import load_values, render_yaml
@@ -231,35 +197,29 @@ class RayNBMagics(Magics):
             return None
         cur = C.current()
         if cur is None:
-            from .errors import NotConnectedError
-
-            raise NotConnectedError("This kernel is not connected to a Ray cluster.",
-                                    fix="run `%raycluster up --local` first.")
+            raise not_connected()
         if cmd == "logs":
             print(cur.logs(args.which, tail=args.tail))
             return None
         if cmd == "doctor":
-            from .preflight import doctor
+            from ._doctor import doctor
 
             return doctor()
         if cmd == "bench":
-            from .probe import bench
+            from ._probe import bench
 
             settings = self._settings({"workers": args.workers, "gpu": args.gpu})
             return bench(gpu=args.gpu, settings=settings if (args.workers or args.gpu) else None,
                          sizes=parse_sizes(args.sizes) if args.sizes else None, compare_tcp=args.compare_tcp)
         if cmd == "dashboard":
-            from IPython.display import HTML
-
-            url = cur.dashboard_url
-            return HTML(f'<a href="{url}" target="_blank">Ray dashboard: {url}</a>') if url else None
+            return _Link("Ray dashboard", cur.dashboard_url) if cur.dashboard_url else None
         return cur.status()
 
     @cell_magic
     def raytrain(self, line: str, cell: str) -> None:
         """%%raytrain [--workers N] [--gpu | --cpus-per-worker C] [--config EXPR] [--name RUN] [--out VAR]"""
-        from .cell import compile_cell
-        from .run import train
+        from ._cell import compile_cell
+        from ._train import train
 
         rest, config_expr = split_config_expr(line)
         try:
@@ -294,6 +254,35 @@ class RayNBMagics(Magics):
         if args.out:
             self.shell.user_ns[args.out] = run
         run.raise_for_status()
+
+
+class _Link:
+    """A link that reads as its URL where HTML is not rendered (terminal IPython)."""
+
+    def __init__(self, label: str, url: str) -> None:
+        self.label, self.url = label, url
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        import html
+
+        u = html.escape(self.url)
+        return {"text/plain": f"{self.label}: {self.url}",
+                "text/html": f'<a href="{u}" target="_blank">{html.escape(self.label)}: {u}</a>'}
+
+
+_LIST_COLUMNS = ("name", "namespace", "kind", "state", "image")
+
+
+def _cluster_table(rows: list[dict[str, str]]) -> str:
+    """``%raycluster list`` as a table with headers (and a hint when there is nothing)."""
+    if not rows:
+        return ("no clusters: `%raycluster up --local` starts the embedded one, `%raycluster up --values F` a "
+                "RayCluster on Kubernetes")
+    widths = {c: max(len(c), *(len(r.get(c, "")) for r in rows)) for c in _LIST_COLUMNS}
+    line = "  ".join(f"{{:<{widths[c]}}}" for c in _LIST_COLUMNS)
+    out = [line.format(*(c.upper() for c in _LIST_COLUMNS))]
+    out += [line.format(*(r.get(c, "") for c in _LIST_COLUMNS)) for r in rows]
+    return "\n".join(s.rstrip() for s in out)
 
 
 def register(ip: Any) -> None:

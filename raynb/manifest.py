@@ -19,19 +19,16 @@ from typing import Any
 
 import yaml
 
-from .errors import RaynbError
+from .errors import ManifestError, RaynbError
 
 __all__ = ["ManifestError", "MANIFESTS", "load_values", "load_presets", "resolve_values", "render", "render_yaml",
-           "validate", "main"]
+           "validate", "values_from_spec", "head_image", "main"]
 
 MANIFESTS = Path(__file__).resolve().parents[1] / "manifests"
 _VAR = re.compile(r"\$\{([A-Z_][A-Z0-9_]*)\}|\$([A-Z_][A-Z0-9_]*)")
 #: Variables a preset supplies (unless given with --set).
 DERIVED = ("GPUS_PER_NODE", "EFA_PER_NODE", "WORKER_CPU", "WORKER_MEMORY")
 
-
-class ManifestError(RaynbError):
-    """The values or the rendered RayCluster are not usable."""
 
 
 def load_values(path: str | Path | None = None) -> dict[str, str]:
@@ -132,6 +129,27 @@ def render_yaml(values: Mapping[str, str] | None = None, overrides: Mapping[str,
     return yaml.safe_dump(render(values, overrides), sort_keys=False)
 
 
+def head_image(rc: Mapping[str, Any]) -> str:
+    """The image of the RayCluster's head container (the DLC image on raynb's clusters)."""
+    return str(rc["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0].get("image", "?"))
+
+
+def values_from_spec(rc: Mapping[str, Any]) -> dict[str, str]:
+    """The inverse of :func:`render`, as far as a live RayCluster tells: the values raynb needs to work with a cluster
+    it did not create in this kernel (versions, image, instance type, GPUs, EFA, GPUDirect RDMA)."""
+    ann = rc.get("metadata", {}).get("annotations", {})
+    vals = {"RAY_VERSION": rc["spec"].get("rayVersion", ""), "PYTHON_VERSION": ann.get("raynb.io/python-version", ""),
+            "DLC_IMAGE": head_image(rc), "GPU_NODE_TYPE": ann.get("raynb.io/gpu-node-type", "")}
+    for g in rc["spec"].get("workerGroupSpecs", []):
+        for c in g["template"]["spec"]["containers"]:
+            req = (c.get("resources") or {}).get("requests") or {}
+            vals["EFA_PER_NODE"] = str(req.get("vpc.amazonaws.com/efa", "0"))
+            vals["GPUS_PER_NODE"] = str(req.get("nvidia.com/gpu", "0"))
+            vals["GPUDIRECT_RDMA"] = "true" if any(e.get("name") == "FI_EFA_USE_DEVICE_RDMA"
+                                                   for e in c.get("env", [])) else "false"
+    return vals
+
+
 @lru_cache(maxsize=4)
 def _crd_schema(crd_path: str) -> dict[str, Any]:
     with open(crd_path) as f:
@@ -156,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--values", help="values file (default: manifests/values.env)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides")
     args = ap.parse_args(argv)
-    from .config import parse_assignments
+    from ._settings import parse_assignments
 
     try:
         sys.stdout.write(render_yaml(load_values(args.values), parse_assignments(args.overrides, "--set")))

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 import raynb
-from raynb import local
+from raynb import _embedded_head as local
 
 
 def alive_train_workers(dashboard_url: str) -> list[object]:
@@ -22,7 +22,7 @@ def alive_train_workers(dashboard_url: str) -> list[object]:
 def cluster() -> Iterator[raynb.Cluster]:
     c = raynb.up(local=True, progress=print)
     yield c
-    head = c.head
+    head = c.backend.head
     c.down()
     deadline = time.monotonic() + 10
     while local.processes_of(head) and time.monotonic() < deadline:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import raynb
-from raynb import local
+from raynb import _embedded_head as local
 from raynb.errors import InsufficientResourcesError
 
 
@@ -23,29 +23,30 @@ def test_every_head_socket_listens_on_loopback_only(cluster: raynb.Cluster) -> N
     assert cluster.address.startswith("ray://127.0.0.1:")
     with urllib.request.urlopen(cluster.dashboard_url + "/api/version", timeout=5) as r:
         assert "ray_version" in json.loads(r.read())
-    head_pids = set(local.processes_of(cluster.head))
+    head_pids = set(local.processes_of(cluster.backend.head))
     out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True).stdout
     ours = []
     for ln in out.splitlines():
         pids = {int(p) for p in re.findall(r"pid=(\d+)", ln)}
         if pids & head_pids:
             ours.append(ln.split()[3])
-    client = f"{cluster.head.ports['client_port']}"
+    client = f"{cluster.backend.head.ports['client_port']}"
     assert any(a.endswith(":" + client) for a in ours), ours
     assert ours and all(a.startswith(("127.0.0.1:", "[::ffff:127.0.0.1]:")) for a in ours), ours
 
 
 def test_second_up_reuses_the_running_head(cluster: raynb.Cluster) -> None:
     again = local.start_head()
-    assert again.reused and again.ports == cluster.head.ports
+    assert again.reused and again.ports == cluster.backend.head.ports
 
 
 def test_status_and_dashboard_magics(cluster: raynb.Cluster, ip) -> None:  # noqa: ANN001
     st = ip.run_line_magic("raycluster", "status")
-    assert st.cpus == cluster.head.num_cpus and len(st.nodes) == 1 and st.nodes[0].is_head
+    assert st.cpus == cluster.backend.head.num_cpus and len(st.nodes) == 1 and st.nodes[0].is_head
     assert "dashboard http://127.0.0.1:" in st.text() and "<table" in st.html()
     link = ip.run_line_magic("raycluster", "dashboard")
-    assert cluster.dashboard_url in link.data
+    bundle = link._repr_mimebundle_()
+    assert cluster.dashboard_url in bundle["text/html"] and bundle["text/plain"] == f"Ray dashboard: {cluster.dashboard_url}"
 
 
 def test_more_workers_than_cpus_fails_before_waiting(cluster: raynb.Cluster, ip) -> None:  # noqa: ANN001
@@ -60,7 +61,7 @@ def test_more_workers_than_cpus_fails_before_waiting(cluster: raynb.Cluster, ip)
 
 TOKEN_SCRIPT = textwrap.dedent("""
     import json, os, sys, time
-    from raynb import session
+    from raynb import _session as session
     from raynb.errors import ConnectError
     dash, client = sys.argv[1], sys.argv[2]
     if sys.argv[3] == "imported-first":

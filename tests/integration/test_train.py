@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 import raynb
-from raynb.config import resolve
+from raynb._settings import resolve
 from raynb.errors import CaptureError, RunAborted, TrainingFailedError
-from raynb.run import active_run, start_run
+from raynb._run import active_run
+from raynb._train import start_run
 
 from .conftest import alive_train_workers
 
@@ -39,7 +40,7 @@ for step in range(config["steps"]):
 
 
 def test_metrics_from_both_ranks_arrive_while_running(cluster: raynb.Cluster) -> None:
-    from raynb.cell import compile_cell
+    from raynb._cell import compile_cell
 
     fn = compile_cell(TRAIN_CELL, {"__name__": "__main__"})
     settings = resolve({"workers": 2, "cpus_per_worker": 1})

@@ -78,7 +78,7 @@ def clean(stack: controlplane.Stack) -> Iterator[controlplane.Stack]:
 def head_behind_pods(stack: controlplane.Stack, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     """A real local Ray head standing behind the RayCluster's head pod: kwok's ClusterPortForward sends the pod's
     10001/8265 to it, and its ClusterLogs serves (a CRI-format copy of) the head's log through pods/log."""
-    from raynb import local
+    from raynb import _embedded_head as local
 
     head = local.start_head(num_cpus=2, timeout=120, progress=print)
     started_here = not head.reused

@@ -7,7 +7,7 @@ import pytest
 from conftest import HERE_PY, VALUES, apply, controlplane
 
 import raynb
-from raynb import kube
+from raynb import _kube_api as kube
 from raynb.errors import ConnectError
 from raynb.manifest import ManifestError
 

@@ -11,7 +11,7 @@ import yaml
 from conftest import HERE_PY, ROOT, VALUES, apply, delete
 
 import raynb
-from raynb import kube
+from raynb import _kube_api as kube
 
 pytestmark = pytest.mark.k8s
 

@@ -9,7 +9,7 @@ import pytest
 from conftest import HERE_PY, VALUES
 
 import raynb
-from raynb import kube
+from raynb import _kube_api as kube
 from raynb.errors import ClusterStartError
 
 pytestmark = pytest.mark.k8s
@@ -42,9 +42,9 @@ def test_up_ready_status_reuse_down(clean) -> None:  # noqa: ANN001
     assert "ray-train-cluster-head" in st.text() and "raynb-pods" in st.html()
 
     again = raynb.Cluster.from_name("ray-train-cluster", connect=False)  # e.g. after a kernel restart
-    assert again.kind == "kubernetes" and again.kube.ref == REF
-    assert again.kube.values["DLC_IMAGE"] == "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"
-    assert again.kube.values["PYTHON_VERSION"] == HERE_PY and again.efa_expected() == (True, False)
+    assert again.kind == "kubernetes" and again.backend.ref == REF
+    assert again.backend.values["DLC_IMAGE"] == "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"
+    assert again.backend.values["PYTHON_VERSION"] == HERE_PY and again.backend.efa_expected() == (True, False)
     with pytest.raises(raynb.RaynbError) as e:
         raynb.Cluster.from_name("no-such-cluster", connect=False)
     assert "No RayCluster 'no-such-cluster' in namespace 'ray-train'" in e.value.what

@@ -15,7 +15,7 @@ import nbformat
 import pytest
 from conftest import HERE_PY, ROOT, apply, delete
 
-from raynb import kube
+from raynb import _kube_api as kube
 from raynb.notebook import execute
 
 pytestmark = pytest.mark.k8s

@@ -13,7 +13,7 @@ import json
 import pytest
 from conftest import HERE_PY, VALUES
 
-from raynb import kube
+from raynb import _kube_api as kube
 from tests.notebook.kernels import errors, kernel, run, text
 
 pytestmark = pytest.mark.k8s
@@ -38,14 +38,14 @@ def test_raytrain_runs_through_the_kubernetes_path(head_behind_pods, clean) -> N
 
         out = run(kc, "import raynb, json; c = raynb.current(); "
                       "print(json.dumps({'kind': c.kind, 'address': c.address, "
-                      "'tunnels': {p: f.tunnels_opened for p, f in c.kube.forwards.items()}}))")
+                      "'tunnels': {p: f.tunnels_opened for p, f in c.backend.forwards.items()}}))")
         info = json.loads(text(out).strip().splitlines()[-1])
         assert info["kind"] == "kubernetes" and info["address"].startswith("ray://127.0.0.1:")
         assert info["tunnels"]["10001"] >= 1
 
         # every tunnel dropped: Ray Client reconnects and the forward opens new tunnels
-        out = run(kc, "import ray\n[f.reset() for f in c.kube.forwards.values()]\n"
-                      "print('after reset', ray.get(ray.put(41)) + 1, c.kube.forwards[10001].tunnels_opened)",
+        out = run(kc, "import ray\n[f.reset() for f in c.backend.forwards.values()]\n"
+                      "print('after reset', ray.get(ray.put(41)) + 1, c.backend.forwards[10001].tunnels_opened)",
                   timeout=120)
         assert not errors(out), text(out)
         after = text(out).split("after reset")[-1].split()

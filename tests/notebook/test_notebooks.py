@@ -11,7 +11,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from raynb import local
+from raynb import _embedded_head as local
 from raynb.notebook import execute
 
 from .kernels import STEP, errors, html_of, kernel, run, text

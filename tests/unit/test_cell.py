@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from ray import cloudpickle
 
-from raynb.cell import compile_cell, modules_beside, serialize
+from raynb._cell import compile_cell, modules_beside, serialize
 from raynb.errors import CaptureError, CellSyntaxError
 
 

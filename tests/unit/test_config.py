@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from raynb.config import Settings, resolve
+from raynb._settings import Settings, resolve
 from raynb.errors import UsageError
 
 
@@ -37,7 +37,7 @@ def test_bad_values_say_where_they_came_from() -> None:
 
 
 def test_parse_assignments_for_env_and_set_flags() -> None:
-    from raynb.config import parse_assignments
+    from raynb._settings import parse_assignments
 
     assert parse_assignments(["A=1", "B=x=y", "C="], "--env") == {"A": "1", "B": "x=y", "C": ""}
     with pytest.raises(UsageError, match="--set takes KEY=VALUE, not 'oops'"):

@@ -107,7 +107,7 @@ def test_text_mode_writes_one_line() -> None:
 
 
 def test_run_error_carries_the_nccl_reason() -> None:
-    from raynb.run import RunError
+    from raynb._run_error import RunError
 
     err = RunError([0, 1], 2, "DistBackendError", "NCCL error: invalid usage",
                    {0: ["  cell line 7, in train_loop_per_worker", "    dist.all_reduce(x)"]},

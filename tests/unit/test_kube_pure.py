@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from raynb import manifest
-from raynb.kube import readiness, spec_differences
-from raynb.kube_checks import evaluate
-from raynb.pod_diagnosis import diagnose_pods, is_hopeless
+from raynb._kube_state import readiness, spec_differences
+from raynb._doctor_kube import evaluate
+from raynb._pod_diagnosis import diagnose_pods, is_hopeless
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "k8s"
 

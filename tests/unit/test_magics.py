@@ -105,7 +105,7 @@ def test_up_with_values_goes_to_kubernetes_and_says_what_is_missing(ip, tmp_path
     """No kubeconfig here: the magic reaches the Kubernetes path (after the versions check) and says what to do."""
     import sys
 
-    from raynb.kube import KubeError
+    from raynb._kube_api import KubeError
 
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
     monkeypatch.setenv("HOME", str(tmp_path))

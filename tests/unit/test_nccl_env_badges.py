@@ -7,7 +7,7 @@ from types import SimpleNamespace
 from raynb.display.nccl_badges import badge_label, badges_html
 from raynb.magics import parse_sizes
 from raynb.nccl import parse
-from raynb.nccl_env import STRICT_EFA_NET, expand_debug_file, nccl_worker_env
+from raynb._worker_env import STRICT_EFA_NET, expand_debug_file, nccl_worker_env
 
 
 def test_summary_mode_logs_to_an_absolute_per_process_file() -> None:

@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import pytest
 
-from raynb import cluster
-from raynb.kube import RayClusterRef
+from raynb import _current as cluster
+from raynb._cluster import Cluster
+from raynb._kube_state import RayClusterRef
+from raynb._kubernetes import KubernetesBackend
 
 
 @pytest.fixture
 def kube_cluster(monkeypatch):  # noqa: ANN001, ANN201
-    c = cluster.Cluster(kind="kubernetes", name="ray-train-cluster", address="ray://127.0.0.1:1", dashboard_url=None,
-                        kube=cluster.KubeHandle(target=None, ref=RayClusterRef("ray-train-cluster", "ray-train"),
-                                                values={"STRICT_EFA": "true", "STORAGE_PATH": "s3://bucket/runs",
-                                                        "EFA_PER_NODE": "1", "GPUDIRECT_RDMA": "false"}))
+    backend = KubernetesBackend(target=None, ref=RayClusterRef("ray-train-cluster", "ray-train"),  # type: ignore[arg-type]
+                                values={"STRICT_EFA": "true", "STORAGE_PATH": "s3://bucket/runs",
+                                        "EFA_PER_NODE": "1", "GPUDIRECT_RDMA": "false"})
+    c = Cluster(backend)
     monkeypatch.setattr(cluster, "_current", c)
     return c
 
@@ -26,7 +28,7 @@ def test_values_file_defaults_reach_run_settings(kube_cluster, monkeypatch) -> N
     assert cluster.resolve_settings({"strict_efa": False}).strict_efa is False  # a flag wins
     monkeypatch.setenv("RAYNB_STORAGE_PATH", "/mnt/runs")
     assert cluster.resolve_settings().storage_path == "/mnt/runs"  # the environment wins over the values file
-    assert kube_cluster.efa_expected() == (True, False)
+    assert kube_cluster.backend.efa_expected() == (True, False)
 
 
 def test_no_values_layer_without_a_kubernetes_cluster(monkeypatch) -> None:  # noqa: ANN001

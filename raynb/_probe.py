@@ -11,8 +11,8 @@ import html
 from dataclasses import dataclass, field
 from typing import Any
 
-from .config import Settings
-from .nccl_env import TCP_ENV
+from ._settings import Settings
+from ._worker_env import TCP_ENV
 
 __all__ = ["ProbeResult", "bench", "sweep", "GPU_SIZES", "CPU_SIZES"]
 
@@ -142,7 +142,7 @@ class ProbeResult:
 
 def _one(settings: Settings, sizes: list[int], env: dict[str, str] | None, name: str,
          display: bool | str | None, fake_hosts: int = 0) -> tuple[list[dict[str, float]], dict[str, Any]]:
-    from .run import train
+    from ._train import train
 
     run = train(sweep, config={"sizes": sizes, "gpu": settings.gpu, "fake_hosts": fake_hosts}, settings=settings,
                 env=env, name=name, display=display).raise_for_status()
@@ -158,7 +158,7 @@ def bench(*, workers: int | None = None, gpu: bool | None = None, sizes: list[in
     """Sweep all_reduce sizes across ``workers`` workers (default: every GPU, else 2 CPU workers)."""
     import ray
 
-    from .cluster import resolve_settings
+    from ._current import resolve_settings
 
     settings = settings or resolve_settings({"workers": workers, "gpu": gpu})
     if gpu is None and settings.gpu is False and ray.is_initialized() and ray.cluster_resources().get("GPU", 0) >= 2:

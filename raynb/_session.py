@@ -18,22 +18,7 @@ from typing import Any
 
 from .errors import ConnectError
 
-__all__ = ["connect", "disconnect", "is_connected", "check_versions", "auth_preflight", "dashboard_get",
-           "worker_env_defaults"]
-
-#: Environment every raynb worker starts with (user values win). NVLink multicast stays off: on shared multi-GPU
-#: hosts a program using it can take the host's GPUs down.
-WORKER_ENV_DEFAULTS: dict[str, str] = {
-    "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",  # otherwise each worker print appears twice
-    "NCCL_NVLS_ENABLE": "0",
-    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-    "PYTHONUNBUFFERED": "1",
-}
-
-
-def worker_env_defaults() -> dict[str, str]:
-    return dict(WORKER_ENV_DEFAULTS)
-
+__all__ = ["connect", "disconnect", "is_connected", "check_versions", "auth_preflight", "dashboard_get"]
 
 #: Lines Ray itself logs on every run that say nothing to a notebook user (Ray 2.58). User prints are untouched.
 KNOWN_NOISE = (

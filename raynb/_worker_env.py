@@ -1,4 +1,8 @@
-"""NCCL settings raynb gives workers, and where each worker's NCCL log lands. Pure: no Ray, no I/O."""
+"""The environment of every process raynb starts on the cluster, and where each worker's NCCL log lands.
+
+Pure: no Ray, no I/O. Three consumers, one source: the job's runtime env (driver-side actors), the launcher actor
+(:func:`launcher_env`) and the Train workers (:func:`worker_env`).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,19 @@ import os
 import socket
 from collections.abc import Mapping
 
-__all__ = ["nccl_worker_env", "expand_debug_file", "STRICT_EFA_NET", "TCP_ENV"]
+__all__ = ["worker_env", "launcher_env", "job_env", "nccl_worker_env", "expand_debug_file", "STRICT_EFA_NET",
+           "TCP_ENV", "WORKER_ENV_DEFAULTS"]
+
+#: Ray Train prints each worker line twice unless its print patch is off (the cell's prints reach the notebook once).
+_PRINT_ONCE = {"RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}
+#: Environment every raynb worker starts with (user values win). NVLink multicast stays off: on shared multi-GPU
+#: hosts a program using it can take the host's GPUs down.
+WORKER_ENV_DEFAULTS: dict[str, str] = {
+    **_PRINT_ONCE,
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "PYTHONUNBUFFERED": "1",
+}
 
 #: NCCL_NET value that makes NCCL use aws-ofi-nccl or fail (aws-ofi-nccl >= 1.12 names its network "Libfabric").
 STRICT_EFA_NET = "Libfabric"
@@ -47,3 +63,20 @@ def expand_debug_file(pattern: str, *, hostname: str | None = None, pid: int | N
             out.append(c)
             i += 1
     return "".join(out)
+
+
+def job_env() -> dict[str, str]:
+    """Variables of the Ray Client job (every actor the notebook starts)."""
+    return dict(_PRINT_ONCE)
+
+
+def launcher_env(health_check_interval_s: float) -> dict[str, str]:
+    """Variables of the launcher actor that hosts ``TorchTrainer.fit()`` (and so Train's controller)."""
+    return {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": str(health_check_interval_s), **_PRINT_ONCE}
+
+
+def worker_env(mode: str, run_name: str, *, gpu: bool, strict_efa: bool = False,
+               user_env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Variables of every Train worker: raynb's defaults, NCCL's (GPU runs), then the user's (which win)."""
+    extra = nccl_worker_env(mode, run_name, strict_efa=strict_efa, user_env=user_env) if gpu else dict(user_env or {})
+    return {**WORKER_ENV_DEFAULTS, **extra}

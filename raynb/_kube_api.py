@@ -1,4 +1,4 @@
-"""Every Kubernetes API call raynb makes: config, server-side apply, readiness, diagnostics, status, logs, delete.
+"""Every Kubernetes API call raynb makes: config, server-side apply, waiting, diagnostics, status, logs, delete.
 
 Knows RayClusters, pods, nodes and events; knows nothing of Ray Train. Each API error is turned into a
 :class:`KubeError` that names what was refused and what to do (RBAC verb and resource, missing CRD, missing namespace,
@@ -11,16 +11,18 @@ import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import ClusterStartError, RaynbError
-from .pod_diagnosis import Diagnosis, diagnose_pods, is_hopeless
+from .errors import ClusterStartError, KubeError
+from ._kube_state import KubeStatus, RayClusterRef, node_row, pod_row, readiness
+from .manifest import head_image
+from ._pod_diagnosis import Diagnosis, diagnose_pods, is_hopeless
 
-__all__ = ["KubeError", "Target", "connect_api", "RayClusterRef", "apply_raycluster", "get_raycluster",
-           "spec_differences", "wait_ready", "head_image", "delete_raycluster", "list_rayclusters", "head_pod_name", "pods",
-           "nodes", "pod_logs", "KubeStatus", "PodRow", "NodeRow", "kube_status", "FIELD_MANAGER"]
+__all__ = ["Target", "connect_api", "ensure_crd", "apply_raycluster", "get_raycluster", "wait_ready",
+           "delete_raycluster", "list_rayclusters", "head_pod_name", "pods", "nodes", "daemonsets", "pod_logs",
+           "kube_status", "FIELD_MANAGER"]
 
 GROUP, VERSION, PLURAL = "ray.io", "v1", "rayclusters"
 FIELD_MANAGER = "raynb"
@@ -29,9 +31,6 @@ OPERATOR_INSTALL = ("helm repo add kuberay https://ray-project.github.io/kuberay
 #: Where a pod's service account credentials are mounted (Kubernetes' fixed path; tests point it elsewhere).
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
-
-class KubeError(RaynbError):
-    """Kubernetes refused or could not do what raynb asked."""
 
 
 @dataclass
@@ -167,12 +166,6 @@ def ensure_crd(target: Target) -> None:
         raise _no_crd(target)
 
 
-@dataclass(frozen=True)
-class RayClusterRef:
-    name: str
-    namespace: str
-
-
 def _custom(target: Target) -> Any:
     from kubernetes import client
 
@@ -210,62 +203,6 @@ def apply_raycluster(target: Target, obj: Mapping[str, Any]) -> dict[str, Any]:
             GROUP, VERSION, md["namespace"], PLURAL, md["name"], dict(obj), field_manager=FIELD_MANAGER,
             force=True, _content_type="application/apply-patch+yaml")
     return _plain(target, out)
-
-
-def spec_differences(wanted: Any, live: Any, path: str = "spec") -> list[str]:
-    """Where ``live`` differs from ``wanted`` (fields only the server added are not differences)."""
-    if isinstance(wanted, Mapping):
-        if not isinstance(live, Mapping):
-            return [f"{path}: {live!r} → {dict(wanted)!r}"]
-        out: list[str] = []
-        for k, v in wanted.items():
-            out += spec_differences(v, live.get(k), f"{path}.{k}")
-        return out
-    if isinstance(wanted, list):
-        if not isinstance(live, list) or len(live) != len(wanted):
-            return [f"{path}: {_short(live)} → {_short(wanted)}"]
-        out = []
-        for i, (w, lv) in enumerate(zip(wanted, live)):
-            out += spec_differences(w, lv, f"{path}[{i}]")
-        return out
-    if str(wanted) != str(live):
-        return [f"{path}: {live!r} → {wanted!r}"]
-    return []
-
-
-def _short(v: Any) -> str:
-    s = repr(v)
-    return s if len(s) < 80 else s[:77] + "..."
-
-
-def _conditions(rc: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    return {c.get("type", ""): c for c in (rc.get("status") or {}).get("conditions") or []}
-
-
-def _desired_workers(rc: Mapping[str, Any]) -> int:
-    st = rc.get("status") or {}
-    if st.get("desiredWorkerReplicas") is not None:
-        return int(st["desiredWorkerReplicas"])
-    return sum(int(g.get("replicas", 0)) for g in rc.get("spec", {}).get("workerGroupSpecs", []))
-
-
-def head_image(rc: Mapping[str, Any]) -> str:
-    """The image of the RayCluster's head container (the DLC image on raynb's clusters)."""
-    return str(rc["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0].get("image", "?"))
-
-
-def readiness(rc: Mapping[str, Any]) -> tuple[bool, str]:
-    """(ready, one-line state) from ``status.conditions`` (KubeRay >= 1.3), else the deprecated ``status.state``."""
-    conds = _conditions(rc)
-    st = rc.get("status") or {}
-    ready_w, want_w = int(st.get("readyWorkerReplicas") or 0), _desired_workers(rc)
-    if conds:
-        head = conds.get("HeadPodReady", {}).get("status") == "True"
-        prov = conds.get("RayClusterProvisioned", {}).get("status") == "True"
-        line = f"head {'ready' if head else 'not ready'} · workers {ready_w}/{want_w} ready"
-        return head and prov and ready_w >= want_w, line
-    state = st.get("state") or "pending"
-    return state == "ready" and ready_w >= want_w, f"state {state} · workers {ready_w}/{want_w} ready"
 
 
 def pods(target: Target, ref: RayClusterRef) -> list[dict[str, Any]]:
@@ -432,62 +369,6 @@ def pod_logs(target: Target, ref: RayClusterRef, which: str = "head", *, tail: i
 
 # ---- status -------------------------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class PodRow:
-    name: str
-    role: str
-    phase: str
-    ready: bool
-    node: str
-    gpus: str
-    efa: str
-
-
-@dataclass(frozen=True)
-class NodeRow:
-    name: str
-    instance_type: str
-    zone: str
-    gpus: str  # allocatable nvidia.com/gpu
-    efa: str  # allocatable vpc.amazonaws.com/efa
-    ready: bool
-
-
-@dataclass
-class KubeStatus:
-    ref: RayClusterRef
-    state: str
-    image: str
-    pods: list[PodRow] = field(default_factory=list)
-    nodes: list[NodeRow] = field(default_factory=list)
-
-
-def _pod_row(p: Mapping[str, Any]) -> PodRow:
-    req: dict[str, str] = {}
-    for c in p.get("spec", {}).get("containers", []):
-        req.update((c.get("resources") or {}).get("requests") or {})
-    st = p.get("status") or {}
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in st.get("conditions") or [])
-    phase = st.get("phase", "?")
-    for cs in st.get("containerStatuses") or []:
-        waiting = (cs.get("state") or {}).get("waiting")
-        if waiting:
-            phase = waiting.get("reason", phase)
-    return PodRow(p["metadata"]["name"], p["metadata"].get("labels", {}).get("ray.io/node-type", "?"), phase, ready,
-                  p.get("spec", {}).get("nodeName") or "-", req.get("nvidia.com/gpu", "0"),
-                  req.get("vpc.amazonaws.com/efa", "0"))
-
-
-def _node_row(n: Mapping[str, Any]) -> NodeRow:
-    labels = n["metadata"].get("labels", {})
-    alloc = (n.get("status") or {}).get("allocatable") or {}
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True"
-                for c in (n.get("status") or {}).get("conditions") or [])
-    return NodeRow(n["metadata"]["name"], labels.get("node.kubernetes.io/instance-type", "?"),
-                   labels.get("topology.kubernetes.io/zone", "?"), alloc.get("nvidia.com/gpu", "0"),
-                   alloc.get("vpc.amazonaws.com/efa", "0"), ready)
-
-
 def kube_status(target: Target, ref: RayClusterRef) -> KubeStatus:
     rc = get_raycluster(target, ref)
     if rc is None:
@@ -495,10 +376,10 @@ def kube_status(target: Target, ref: RayClusterRef) -> KubeStatus:
                         fix="`%raycluster list` shows the RayClusters; `%raycluster up` creates one")
     _, line = readiness(rc)
     image = head_image(rc)
-    prows = [_pod_row(p) for p in pods(target, ref)]
+    prows = [pod_row(p) for p in pods(target, ref)]
     used = {r.node for r in prows}
     try:
-        nrows = [_node_row(n) for n in nodes(target) if n["metadata"]["name"] in used]
+        nrows = [node_row(n) for n in nodes(target) if n["metadata"]["name"] in used]
     except KubeError:  # listing nodes is cluster-scoped: many notebook users may not
         nrows = []
     return KubeStatus(ref, line, image, prows, nrows)

@@ -1,7 +1,7 @@
 """The embedded Ray head: started by raynb as its own process tree, reused, and never left behind.
 
 One head per machine user lives in ``$RAYNB_HOME/local`` (default ``~/.raynb/local``). A small supervisor process
-(``python -m raynb.local supervise``) leads a new session, starts ``ray start --head --block`` under it, and watches
+(``python -m raynb._embedded_head supervise``) leads a new session, starts ``ray start --head --block`` under it, and watches
 the kernels that use the head (``owners/<pid>`` files). When the last owner is gone -- closed, crashed or killed --
 or ``down`` removes ``head.json``, the supervisor ends the whole process group. Nothing here talks to Ray's Python
 API; the kernel connects through Ray Client like it would to a remote cluster.
@@ -183,9 +183,11 @@ def _ray_start_command(head: LocalHead) -> list[str]:
     ]
 
 
-def _detect_gpus() -> int:
+def count_gpus(*, respect_visible: bool = True) -> int:
+    """GPUs this process may use (``CUDA_VISIBLE_DEVICES`` first), or that the machine has (``respect_visible=False``:
+    what ``nvidia-smi -L`` lists)."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
+    if respect_visible and visible is not None:
         return len([v for v in visible.split(",") if v.strip() and v.strip() != "-1"])
     with contextlib.suppress(Exception):
         out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=5)
@@ -224,7 +226,7 @@ def start_head(
             ports=dict(zip(_PORT_NAMES, _free_ports(len(_PORT_NAMES)), strict=True)),
             temp_dir=temp_dir,
             num_cpus=num_cpus if num_cpus is not None else (os.cpu_count() or 1),
-            num_gpus=num_gpus if num_gpus is not None else _detect_gpus(),
+            num_gpus=num_gpus if num_gpus is not None else count_gpus(),
             # Pin the auth mode so head and client always agree, whatever ~/.ray holds (ray-behaviour.md).
             auth_mode=os.environ.get("RAY_AUTH_MODE", "disabled"),
             ray_version=version("ray"),
@@ -239,7 +241,7 @@ def start_head(
         log = open(d / "head.log", "wb")  # noqa: SIM115 - handed to the child
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         proc = subprocess.Popen(
-            [sys.executable, "-m", "raynb.local", "supervise", str(d)],
+            [sys.executable, "-m", "raynb._embedded_head", "supervise", str(d)],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
         )
         log.close()
@@ -273,7 +275,7 @@ def start_head(
 def _dashboard_ready(head: LocalHead) -> bool:
     if not head.dashboard:
         return True
-    from .session import dashboard_get
+    from ._session import dashboard_get
 
     return dashboard_get(head.dashboard_url, "/api/version", timeout=1) is not None
 
@@ -401,7 +403,7 @@ def _group_members() -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m raynb.local", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m raynb._embedded_head", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     sup = sub.add_parser("supervise", help="(internal) run the head and stop it when its owners are gone")
     sup.add_argument("dir", type=Path)

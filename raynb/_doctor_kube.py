@@ -11,7 +11,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .preflight import Check
+from ._checks import Check
 
 __all__ = ["evaluate", "kube_checks", "EFA_VARIABLES"]
 
@@ -153,7 +153,7 @@ def evaluate(rc: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], nodes: Se
 
 def kube_checks(target: Any, ref: Any, values: Mapping[str, str]) -> list[Check]:
     """Read what :func:`evaluate` needs through the API (cluster-scoped lists may be refused: then 'warn')."""
-    from . import kube
+    from . import _kube_api as kube
 
     rc = kube.get_raycluster(target, ref)
     if rc is None:

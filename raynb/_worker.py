@@ -17,7 +17,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from . import metrics
+from . import _metrics as metrics
 
 __all__ = ["run_on_worker", "format_frames", "NcclWatcher"]
 
@@ -34,7 +34,7 @@ class NcclWatcher:
     def __init__(self, sink: Any, rank: int, info: dict[str, Any], interval: float = 1.0) -> None:
         import threading
 
-        from .nccl_env import expand_debug_file
+        from ._worker_env import expand_debug_file
 
         self.sink, self.rank, self.info, self.interval = sink, rank, info, interval
         pattern = os.environ.get("NCCL_DEBUG_FILE", "")

@@ -1,0 +1,66 @@
+"""What a :class:`~raynb.Cluster` needs from where its head runs. One file per backend implements it:
+``_embedded.py`` (the embedded head on this machine) and ``_kubernetes.py`` (a KubeRay RayCluster). A new way to reach
+a head (a remote Ray address, a Ray Jobs cluster) is a new file, not new branches."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from ._checks import Check
+
+if TYPE_CHECKING:
+    from ._kube_state import KubeStatus
+
+__all__ = ["Backend", "BackendKind", "BackendChecks", "Say"]
+
+BackendKind = Literal["local", "kubernetes"]
+Say = Callable[[str], None]
+
+
+@dataclass
+class BackendChecks:
+    """The backend's part of ``doctor``; ``needs_no_ray``: they can run while Ray is not connected."""
+
+    checks: list[Check] = field(default_factory=list)
+    needs_no_ray: bool = False
+
+
+class Backend(Protocol):
+    kind: BackendKind
+    name: str
+    #: doctor checks /dev/shm where the head runs (the embedded head: this machine's, shared with the workers)
+    head_shm_matters: bool
+
+    def reach(self, say: Say) -> tuple[str, str | None]:
+        """The Ray Client address and dashboard URL to connect to (opening port-forwards, checking versions)."""
+        ...
+
+    def runtime_env(self) -> dict[str, Any]:
+        """What the Ray Client job needs on the cluster (the image may lack raynb: ship it)."""
+        ...
+
+    def kube_status(self) -> KubeStatus | None: ...
+
+    def logs(self, which: str, tail: int) -> str: ...
+
+    def down(self, say: Say) -> None:
+        """Stop the cluster and everything it started."""
+        ...
+
+    def disconnect(self) -> None:
+        """Close what this kernel opened to reach the cluster; leave the cluster running."""
+        ...
+
+    def at_kernel_exit(self) -> None: ...
+
+    def doctor_checks(self) -> BackendChecks: ...
+
+    def efa_expected(self) -> tuple[bool, bool | None]:
+        """(EFA expected between nodes, GPUDirect RDMA expected) for the NCCL badges of this cluster's runs."""
+        ...
+
+    def values_layer(self) -> dict[str, Any]:
+        """Settings the cluster's values file sets (the 'values file' layer of settings resolution)."""
+        ...

@@ -1,0 +1,301 @@
+"""The ``Cluster`` a notebook works with: which backend runs its head, how to reach it, what it has, how to stop it.
+
+``up``, ``down``, ``clusters`` and ``Cluster.from_name`` choose a backend (``_embedded.py`` or ``_kubernetes.py``);
+everything else goes through the backend's interface (``_backend.py``). The current cluster is kept in ``_current``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from . import _embedded, _kubernetes, _session
+from . import _embedded_head as head_proc
+from ._current import clear_current, current, resolve_settings, set_current
+from ._current import at_exit as _at_exit
+from ._launcher import prewarm
+from ._settings import Settings
+from ._worker_env import job_env
+from .errors import KubeError, NotConnectedError, UsageError, not_connected
+
+if TYPE_CHECKING:
+    from ._backend import Backend, BackendKind
+    from ._kube_state import KubeStatus
+
+__all__ = ["Cluster", "ClusterStatus", "NodeInfo", "up", "down", "current", "clusters"]
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    node_id: str
+    address: str
+    alive: bool
+    is_head: bool
+    cpus: float
+    gpus: float
+    memory_gb: float
+
+
+@dataclass(frozen=True, repr=False)
+class ClusterStatus:
+    name: str
+    kind: BackendKind
+    address: str
+    dashboard_url: str | None
+    nodes: list[NodeInfo] = field(default_factory=list)
+    total: dict[str, float] = field(default_factory=dict)
+    available: dict[str, float] = field(default_factory=dict)
+    #: Kubernetes clusters: the RayCluster's pods and the nodes they run on (GPUs and EFA per node).
+    kube: KubeStatus | None = None
+
+    @property
+    def cpus(self) -> float:
+        return self.total.get("CPU", 0.0)
+
+    @property
+    def gpus(self) -> float:
+        return self.total.get("GPU", 0.0)
+
+    def text(self) -> str:
+        from .display.cluster_view import status_text
+
+        return status_text(self)
+
+    def html(self) -> str:
+        from .display.cluster_view import status_html
+
+        return status_html(self)
+
+    def __repr__(self) -> str:
+        return self.text()
+
+    def _repr_html_(self) -> str:
+        return self.html()
+
+
+class Cluster:
+    """A Ray cluster this kernel works with. ``raynb.up()`` makes one; ``Cluster.from_name()`` re-attaches.
+
+    As a context manager it stops on exit only what its own ``up`` started: a cluster found with ``from_name`` is left
+    running (it may be someone else's, or outlive this kernel on purpose).
+    """
+
+    def __init__(self, backend: Backend, *, settings: Settings | None = None, owned: bool = True) -> None:
+        self.backend = backend
+        self.settings = settings or Settings()
+        self.owned = owned
+        self.address = "(not connected)"
+        self.dashboard_url: str | None = None
+
+    @property
+    def kind(self) -> BackendKind:
+        return self.backend.kind
+
+    @property
+    def name(self) -> str:
+        return self.backend.name
+
+    @classmethod
+    def from_name(cls, name: str = "local", *, namespace: str | None = None, context: str | None = None,
+                  kubeconfig: str | None = None, connect: bool = True, progress: Say | None = None) -> Cluster:
+        """Re-attach to a running cluster by name, e.g. after a kernel restart.
+
+        ``"local"`` is the embedded head; any other name is a RayCluster in ``namespace`` (default: NAMESPACE of the
+        default values file, ``ray-train``) of the kubeconfig's ``context``.
+        """
+        backend: Backend
+        if name == "local":
+            backend = _embedded.attach()
+            settings = resolve_settings()
+        else:
+            settings = resolve_settings({"kube_context": context, "kube_namespace": namespace})
+            backend = _kubernetes.attach(name, settings, kubeconfig)
+        c = cls(backend, settings=settings, owned=False)
+        if connect:
+            c.connect(progress=progress)
+        _make_current(c)
+        return c
+
+    def connect(self, progress: Say | None = None) -> Cluster:
+        say = progress or (lambda _m: None)
+        self.address, self.dashboard_url = self.backend.reach(say)
+        _session.connect(self.address, dashboard_url=self.dashboard_url,
+                         runtime_env={"env_vars": job_env(), **self.backend.runtime_env()},
+                         timeout=self.settings.connect_timeout_s, progress=progress)
+        prewarm(self.settings)  # the first %%raytrain then starts as fast as a bare fit()
+        return self
+
+    @property
+    def connected(self) -> bool:
+        return _session.is_connected()
+
+    def status(self) -> ClusterStatus:
+        import ray
+
+        kube_st = self.backend.kube_status()
+        if not ray.is_initialized():
+            if kube_st is not None:
+                return ClusterStatus(self.name, self.kind, self.address, self.dashboard_url, kube=kube_st)
+            raise not_connected()
+        nodes = []
+        for n in ray.nodes():
+            res = n.get("Resources", {})
+            nodes.append(NodeInfo(
+                node_id=n.get("NodeID", ""), address=n.get("NodeManagerAddress", ""), alive=bool(n.get("Alive")),
+                is_head=bool(res.get("node:__internal_head__")), cpus=res.get("CPU", 0.0), gpus=res.get("GPU", 0.0),
+                memory_gb=res.get("memory", 0.0) / 2**30))
+        return ClusterStatus(self.name, self.kind, self.address, self.dashboard_url, nodes,
+                             dict(ray.cluster_resources()), dict(ray.available_resources()), kube=kube_st)
+
+    def logs(self, which: str = "head", *, tail: int = 200) -> str:
+        """The container log of the head (``"head"``), a worker (``"worker-0"``, ...) or a pod, last ``tail`` lines.
+
+        NCCL's lines are not there: Ray workers write them to Ray's worker logs inside the pod
+        (``/tmp/ray/session_latest/logs/worker-*.err``) and raynb parses them into the run's NCCL badges.
+        """
+        return self.backend.logs(which, tail)
+
+    def down(self, *, progress: Say | None = None) -> None:
+        """Disconnect and stop the cluster: the embedded head and every process it started, or the RayCluster and its
+        pods (waits until they are gone)."""
+        _session.disconnect()
+        self.backend.down(progress or print)
+        clear_current(self)
+
+    def disconnect(self) -> None:
+        """Leave the cluster running; close this kernel's connection and port-forwards."""
+        _session.disconnect()
+        self.backend.disconnect()
+        clear_current(self)
+
+    def dashboard(self) -> str | None:
+        return self.dashboard_url
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.owned:
+            self.down()
+        else:
+            self.disconnect()
+
+    def __repr__(self) -> str:
+        return f"<raynb.Cluster {self.name!r} {self.kind} {self.address}>"
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        try:
+            st = self.status()
+            return {"text/plain": st.text(), "text/html": st.html()}
+        except NotConnectedError:
+            return {"text/plain": repr(self) + " (not connected)"}
+
+
+def _make_current(c: Cluster) -> None:
+    set_current(c)
+    _at_exit(_at_kernel_exit)
+
+
+def _at_kernel_exit() -> None:
+    c = current()
+    try:
+        _session.disconnect()
+    finally:
+        if c is not None:
+            c.backend.at_kernel_exit()
+        else:
+            head_proc.remove_owner()
+
+
+def up(
+    local: bool | None = None,
+    *,
+    values: str | Mapping[str, str] | None = None,
+    set: Mapping[str, Any] | None = None,  # the name the magic's --set maps to  # noqa: A002
+    context: str | None = None,
+    namespace: str | None = None,
+    kubeconfig: str | None = None,
+    recreate: bool = False,
+    connect: bool = True,
+    num_cpus: int | None = None,
+    num_gpus: int | None = None,
+    timeout: float | None = None,
+    settings: Settings | None = None,
+    progress: Say | None = None,
+) -> Cluster:
+    """Start (or reuse) a cluster and connect this kernel to it with Ray Client.
+
+    ``raynb.up(local=True)`` (the default) gives the embedded cluster: a local head as its own process tree, dashboard
+    on, Ray Client on a free port bound to 127.0.0.1. It is reused if already running, and stopped when the last kernel
+    using it exits.
+
+    ``raynb.up(values="manifests/values.env", set={"GPU_NODE_COUNT": 2})`` (or ``local=False`` for the default values
+    file) renders the DLC RayCluster, applies it with server-side apply, waits for it with diagnostics, port-forwards
+    its head to 127.0.0.1 and connects. Re-running with the same spec reuses the cluster; a different spec is reported
+    (``recreate=True`` replaces it).
+    """
+    kube_args = values is not None or set is not None or context is not None or namespace is not None \
+        or kubeconfig is not None
+    if local and kube_args:
+        raise UsageError("up(local=True) starts the embedded cluster; values/set/context/namespace/kubeconfig are for "
+                         "Kubernetes.", fix="drop local=True to create the RayCluster on Kubernetes")
+    say = progress or print
+    backend: Backend
+    if local is False or kube_args:
+        settings = settings or resolve_settings({"kube_start_timeout_s": timeout, "kube_context": context,
+                                                 "kube_namespace": namespace})
+        backend = _kubernetes.up(values, set or {}, kubeconfig=kubeconfig, recreate=recreate, connect=connect,
+                                 settings=settings, say=say)
+    else:
+        settings = settings or resolve_settings({"local_num_cpus": num_cpus, "local_num_gpus": num_gpus,
+                                                 "start_timeout_s": timeout})
+        backend = _embedded.up(settings, say)
+    c = Cluster(backend, settings=settings)
+    _make_current(c)
+    if connect:
+        c.connect(progress=say)
+    return c
+
+
+def clusters(*, namespace: str | None = None, context: str | None = None,
+             kubeconfig: str | None = None) -> list[dict[str, str]]:
+    """The clusters this kernel could use: the embedded head if it runs, and the RayClusters of ``namespace`` (all
+    namespaces when None) in the kubeconfig's ``context`` (a row saying why, when Kubernetes cannot be asked)."""
+    rows: list[dict[str, str]] = []
+    head = head_proc.find_head()
+    if head is not None:
+        rows.append({"name": "local", "namespace": "-", "kind": "local", "state": "running",
+                     "address": head.client_address, "image": "-"})
+    try:
+        rows += _kubernetes.rows(namespace=namespace, context=context, kubeconfig=kubeconfig)
+    except KubeError as e:
+        if head is None:
+            raise
+        rows.append({"name": "(kubernetes)", "namespace": "-", "kind": "kubernetes", "state": e.what,
+                     "address": "-", "image": "-"})
+    return rows
+
+
+def down(name: str | None = None, *, namespace: str | None = None, context: str | None = None,
+         kubeconfig: str | None = None, progress: Say | None = None) -> bool:
+    """Stop the current cluster (or the embedded head if this kernel is not connected). True if one was stopped.
+
+    ``down("ray-train-cluster", namespace="ray-train")`` deletes that RayCluster even when this kernel is not
+    connected to it (e.g. after a restart); deleting one that is already gone is not an error.
+    """
+    say = progress or print
+    cur = current()
+    if name is not None and name != "local":
+        if cur is not None and cur.kind == "kubernetes" and cur.name == name:
+            cur.down(progress=say)
+            return True
+        settings = resolve_settings({"kube_context": context, "kube_namespace": namespace})
+        return _kubernetes.delete(name, settings, kubeconfig, say)
+    if cur is not None:
+        cur.down(progress=say)
+        return True
+    _session.disconnect()
+    return head_proc.stop_head()

@@ -1,0 +1,62 @@
+"""The cluster this kernel works with, and settings resolved against it (jupysql's ``_current.py`` pattern).
+
+Runs, the doctor and the magics read the current cluster from here, so none of them imports the cluster module and
+the cluster module imports none of them back.
+"""
+
+from __future__ import annotations
+
+import atexit
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ._settings import Settings, resolve
+
+if TYPE_CHECKING:
+    from ._cluster import Cluster
+
+__all__ = ["current", "set_current", "clear_current", "resolve_settings", "at_exit"]
+
+_current: Cluster | None = None
+_exit_hooks: list[Callable[[], None]] = []
+
+
+def current() -> Cluster | None:
+    """The cluster this kernel is connected to, if any."""
+    return _current
+
+
+def set_current(cluster: Cluster) -> None:
+    global _current
+    _current = cluster
+
+
+def clear_current(cluster: Cluster) -> None:
+    """Forget ``cluster`` if it is the current one."""
+    global _current
+    if _current is cluster:
+        _current = None
+
+
+def at_exit(hook: Callable[[], None]) -> None:
+    """Run ``hook`` once when the kernel exits (registered once however often it is asked)."""
+    if hook not in _exit_hooks:
+        if not _exit_hooks:
+            atexit.register(_run_exit_hooks)
+        _exit_hooks.append(hook)
+
+
+def _run_exit_hooks() -> None:
+    for hook in _exit_hooks:
+        try:
+            hook()
+        except Exception:  # noqa: BLE001, S110 - the kernel is going away; nothing to tell anyone
+            pass
+
+
+def resolve_settings(flags: Mapping[str, Any] | None = None,
+                     magic_config: Mapping[str, Any] | None = None) -> Settings:
+    """The settings of a call: the current cluster's values file is the 'values file' layer (e.g. STRICT_EFA,
+    STORAGE_PATH). Every API call and magic resolves its settings through here."""
+    values = _current.backend.values_layer() if _current is not None else None
+    return resolve(flags, magic_config, values=values)

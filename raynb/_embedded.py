@@ -1,0 +1,77 @@
+"""The embedded backend: a Ray head on this machine, started and supervised by ``_embedded_head.py``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from . import _embedded_head as head_proc
+from ._backend import BackendChecks, BackendKind, Say
+from ._checks import Check
+from ._embedded_head import LocalHead
+from ._settings import Settings
+from .errors import NotConnectedError, UsageError
+
+__all__ = ["EmbeddedBackend", "up", "attach"]
+
+_KUBE_ONLY = ("EFA requested by worker pods", "GPU nodes advertise EFA and GPUs", "EFA and NVIDIA device plugins ready",
+              "GPU nodes in one availability zone", "NCCL/EFA variables on workers")
+
+
+@dataclass
+class EmbeddedBackend:
+    head: LocalHead
+    name: str = "local"
+    kind: BackendKind = "local"
+    head_shm_matters: bool = True
+
+    def reach(self, say: Say) -> tuple[str, str | None]:
+        return self.head.client_address, self.head.dashboard_url
+
+    def runtime_env(self) -> dict[str, Any]:
+        return {}  # same machine: workers import the installed raynb
+
+    def kube_status(self) -> None:
+        return None
+
+    def logs(self, which: str, tail: int) -> str:
+        raise UsageError("Container logs exist for Kubernetes clusters only.",
+                         fix=f"the embedded cluster's Ray logs are files in {self.head.temp_dir}/session_latest/logs")
+
+    def down(self, say: Say) -> None:
+        head_proc.stop_head(self.head)
+        head_proc.remove_owner()
+
+    def disconnect(self) -> None:
+        """Nothing to close: the head stays for other kernels (and stops once no kernel owns it)."""
+
+    def at_kernel_exit(self) -> None:
+        # The supervisor stops the head once no kernel owns it; say we are gone now rather than in 1 s.
+        head_proc.remove_owner()
+
+    def doctor_checks(self) -> BackendChecks:
+        return BackendChecks([Check(name, "n/a", "applies to Kubernetes clusters; this is the embedded cluster")
+                              for name in _KUBE_ONLY])
+
+    def efa_expected(self) -> tuple[bool, bool | None]:
+        return False, None
+
+    def values_layer(self) -> dict[str, Any]:
+        return {}
+
+
+def up(settings: Settings, say: Say) -> EmbeddedBackend:
+    """Start the embedded head, or reuse the one running for this user."""
+    head = head_proc.start_head(num_cpus=settings.local_num_cpus, num_gpus=settings.local_num_gpus,
+                                timeout=settings.start_timeout_s, progress=say, dashboard=settings.local_dashboard)
+    if head.reused:
+        say(f"reusing the embedded Ray head at {head.client_address}")
+    return EmbeddedBackend(head)
+
+
+def attach() -> EmbeddedBackend:
+    head = head_proc.find_head()
+    if head is None:
+        raise NotConnectedError("No embedded Ray head is running.", fix="start one with raynb.up(local=True).")
+    head_proc.add_owner()
+    return EmbeddedBackend(head)

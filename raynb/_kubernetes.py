@@ -1,0 +1,194 @@
+"""The Kubernetes backend: a KubeRay RayCluster rendered from the values file, reached through port-forwards.
+
+:class:`KubernetesBackend` is what a :class:`~raynb.Cluster` holds for such a cluster; :func:`up` applies (or reuses)
+the RayCluster and waits for it; :func:`attach` finds one by name; :func:`delete` and :func:`rows` serve
+``down NAME`` and ``list``. API calls are in ``_kube_api.py``, pure state in ``_kube_state.py`` and ``manifest.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import _kube_api as kube
+from . import manifest
+from ._backend import BackendChecks, BackendKind, Say
+from ._kube_state import KubeStatus, RayClusterRef, readiness, spec_differences
+from ._port_forward import PortForward
+from ._session import check_versions, dashboard_get
+from ._settings import Settings
+from .errors import KubeError, ManifestError, NotConnectedError
+
+__all__ = ["KubernetesBackend", "up", "attach", "delete", "rows", "named_raycluster"]
+
+CLIENT_PORT, DASHBOARD_PORT = 10001, 8265
+
+
+@dataclass
+class KubernetesBackend:
+    """How a Kubernetes-backed Cluster is reached: API target, RayCluster, and the port-forwards to its head."""
+
+    target: kube.Target
+    ref: RayClusterRef
+    values: dict[str, str] = field(default_factory=dict)
+    forwards: dict[int, PortForward] = field(default_factory=dict)
+    kind: BackendKind = "kubernetes"
+    head_shm_matters: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.ref.name
+
+    def forward(self, remote_port: int) -> PortForward:
+        if remote_port not in self.forwards:
+            self.forwards[remote_port] = PortForward(self.target.api, self.ref.namespace,
+                                                     lambda: kube.head_pod_name(self.target, self.ref), remote_port)
+        return self.forwards[remote_port]
+
+    def reach(self, say: Say) -> tuple[str, str | None]:
+        """Port-forward the head's client (10001) and dashboard (8265) ports to 127.0.0.1, then check versions."""
+        client_fw, dash_fw = self.forward(CLIENT_PORT), self.forward(DASHBOARD_PORT)
+        address, dashboard = f"ray://{client_fw.address}", f"http://{dash_fw.address}"
+        say(f"port-forward 127.0.0.1:{client_fw.local_port} → head:{CLIENT_PORT} (Ray Client), "
+            f"127.0.0.1:{dash_fw.local_port} → head:{DASHBOARD_PORT} (dashboard) through the Kubernetes API")
+        answer = dashboard_get(dashboard, "/api/version", timeout=10) or {}
+        server_ray = str(answer.get("ray_version") or "") or self.values.get("RAY_VERSION", "")
+        check_versions(server_ray, self.values.get("PYTHON_VERSION", ""),
+                       where=f"the cluster (image {self.values.get('DLC_IMAGE', '?')})")
+        return address, dashboard
+
+    def runtime_env(self) -> dict[str, Any]:
+        import raynb  # the cluster image does not have raynb: ship its worker-side modules with the job
+
+        return {"py_modules": [raynb.__path__[0]]}
+
+    def kube_status(self) -> KubeStatus:
+        return kube.kube_status(self.target, self.ref)
+
+    def logs(self, which: str, tail: int) -> str:
+        name, text = kube.pod_logs(self.target, self.ref, which, tail=tail)
+        return (f"==> {self.ref.namespace}/{name} (last {tail} lines)\n{text}"
+                f"{'' if text.endswith(chr(10)) or not text else chr(10)}"
+                "(NCCL's lines are not in container logs: Ray workers write them to /tmp/ray/session_latest/logs/"
+                "worker-*.err in the pod; %%raytrain shows them parsed as badges, --nccl full shows them raw)")
+
+    def down(self, say: Say) -> None:
+        self.disconnect()
+        kube.delete_raycluster(self.target, self.ref, progress=say)
+
+    def disconnect(self) -> None:
+        for f in self.forwards.values():
+            f.close()
+        self.forwards.clear()
+
+    def at_kernel_exit(self) -> None:
+        """A RayCluster outlives the kernel (like any cluster you pay for, it stops on `down` only)."""
+
+    def doctor_checks(self) -> BackendChecks:
+        from ._doctor_kube import kube_checks
+
+        return BackendChecks(kube_checks(self.target, self.ref, self.values), needs_no_ray=True)
+
+    def efa_expected(self) -> tuple[bool, bool | None]:
+        efa = self.values.get("EFA_PER_NODE", "0") not in ("", "0")
+        return efa, (self.values.get("GPUDIRECT_RDMA") == "true") if efa else None
+
+    def values_layer(self) -> dict[str, Any]:
+        v = self.values
+        return {k: v[key] for k, key in (("strict_efa", "STRICT_EFA"), ("storage_path", "STORAGE_PATH")) if v.get(key)}
+
+
+def _render(values: str | Mapping[str, str] | None, overrides: Mapping[str, Any],
+            namespace: str | None) -> tuple[dict[str, Any], dict[str, str]]:
+    vals = dict(values) if isinstance(values, Mapping) else manifest.load_values(values)
+    ov = {k: str(v) for k, v in overrides.items()}
+    if namespace:
+        ov["NAMESPACE"] = namespace
+    return manifest.render(vals, ov), manifest.resolve_values(vals, ov)
+
+
+def up(values: str | Mapping[str, str] | None, overrides: Mapping[str, Any], *, kubeconfig: str | None,
+       recreate: bool, connect: bool, settings: Settings, say: Say) -> KubernetesBackend:
+    """Render, apply (or reuse) and wait for the RayCluster; what the user can fix is checked before versions."""
+    obj, vals = _render(values, overrides, settings.kube_namespace)
+    ref = RayClusterRef(obj["metadata"]["name"], obj["metadata"]["namespace"])
+    target = kube.connect_api(context=settings.kube_context, kubeconfig=kubeconfig)
+    say(f"Kubernetes API: {target.where()}")
+    kube.ensure_crd(target)
+    if connect:  # before creating anything: a cluster this kernel cannot talk to helps nobody
+        check_versions(vals.get("RAY_VERSION", ""), vals.get("PYTHON_VERSION", ""),
+                       where=f"the image {vals.get('DLC_IMAGE', '?')}")
+    live = kube.get_raycluster(target, ref)
+    if live is not None:
+        diffs = spec_differences(obj["spec"], live.get("spec", {}))
+        if diffs and not recreate:
+            shown = diffs[:12] + ([f"... and {len(diffs) - 12} more"] if len(diffs) > 12 else [])
+            raise KubeError(
+                f"A RayCluster {ref.namespace}/{ref.name} already exists with a different spec.",
+                saw="live → wanted:\n" + "\n".join(shown),
+                fix="KubeRay does not roll existing pods to a new spec: `%raycluster up --recreate ...` "
+                f"(raynb.up(..., recreate=True)) deletes and recreates it; `raynb.Cluster.from_name({ref.name!r}, "
+                f"namespace={ref.namespace!r})` attaches to it as it is")
+        if diffs:
+            say(f"spec changed ({len(diffs)} difference(s)): recreating {ref.namespace}/{ref.name}")
+            kube.delete_raycluster(target, ref, progress=say)
+            live = None
+        else:
+            say(f"reusing RayCluster {ref.namespace}/{ref.name} (same spec)")
+    if live is None:
+        kube.apply_raycluster(target, obj)
+        workers = sum(int(g.get("replicas", 0)) for g in obj["spec"]["workerGroupSpecs"])
+        say(f"applied RayCluster {ref.namespace}/{ref.name} (server-side apply, field manager "
+            f"{kube.FIELD_MANAGER}): head + {workers} × {vals.get('GPU_NODE_TYPE')} worker(s), "
+            f"{vals.get('GPUS_PER_NODE')} GPU and {vals.get('EFA_PER_NODE')} EFA each")
+    kube.wait_ready(target, ref, timeout=settings.kube_start_timeout_s, progress=say)
+    return KubernetesBackend(target, ref, vals)
+
+
+def _default_namespace() -> str:
+    """Where raynb's RayClusters live unless told otherwise: NAMESPACE of the default values file."""
+    try:
+        return manifest.load_values().get("NAMESPACE") or "ray-train"
+    except ManifestError:
+        return "ray-train"
+
+
+def named_raycluster(name: str, settings: Settings, kubeconfig: str | None) -> tuple[kube.Target, RayClusterRef]:
+    """API target and reference for a RayCluster named by the user (from_name, down NAME)."""
+    target = kube.connect_api(context=settings.kube_context, kubeconfig=kubeconfig)
+    return target, RayClusterRef(name, settings.kube_namespace or _default_namespace())
+
+
+def attach(name: str, settings: Settings, kubeconfig: str | None) -> KubernetesBackend:
+    """The backend of a running RayCluster found by name, its values read back from its spec."""
+    target, ref = named_raycluster(name, settings, kubeconfig)
+    kube.ensure_crd(target)
+    rc = kube.get_raycluster(target, ref)
+    if rc is None:
+        names = [i["metadata"]["name"] for i in kube.list_rayclusters(target, ref.namespace)]
+        raise NotConnectedError(f"No RayCluster {name!r} in namespace {ref.namespace!r}.",
+                                saw="RayClusters there: " + (", ".join(names) or "none"),
+                                fix="pick one of those (namespace=... for another namespace), or `%raycluster up`")
+    return KubernetesBackend(target, ref, manifest.values_from_spec(rc))
+
+
+def delete(name: str, settings: Settings, kubeconfig: str | None, say: Say) -> bool:
+    """Delete a RayCluster by name and wait until it is gone; False when there was none."""
+    target, ref = named_raycluster(name, settings, kubeconfig)
+    gone = kube.delete_raycluster(target, ref, progress=say)
+    if not gone:
+        say(f"no RayCluster {ref.namespace}/{name}: nothing to delete")
+    return gone
+
+
+def rows(*, namespace: str | None, context: str | None, kubeconfig: str | None) -> list[dict[str, str]]:
+    """One row per RayCluster of ``namespace`` (all when None) in the kubeconfig's ``context``."""
+    target = kube.connect_api(context=context, kubeconfig=kubeconfig)
+    kube.ensure_crd(target)
+    out = []
+    for rc in kube.list_rayclusters(target, namespace):
+        _, line = readiness(rc)
+        out.append({"name": rc["metadata"]["name"], "namespace": rc["metadata"]["namespace"], "kind": "kubernetes",
+                    "state": line, "address": target.where(), "image": manifest.head_image(rc)})
+    return out

@@ -1,0 +1,286 @@
+"""A training run as the notebook sees it: its spec, status, metrics, NCCL summaries and error.
+
+The run's ``fit()`` happens in a launcher actor (``_launcher.py``); the kernel only waits -- on an event, so an
+interrupt lands at once -- and aborting kills the launcher. Starting runs is ``_train.py``'s job.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from . import _metrics
+from ._launcher import prewarm, take_spare
+from ._run_error import RunError, assemble_error, nccl_hint
+from ._settings import Settings
+from .errors import RunAborted, TrainingFailedError
+
+__all__ = ["Run", "RunSpec", "RunStatus", "active_run", "set_active", "TERMINAL"]
+
+RunStatus = Literal["pending", "starting", "running", "succeeded", "failed", "aborted"]
+TERMINAL: tuple[RunStatus, ...] = ("succeeded", "failed", "aborted")
+_active: Run | None = None
+
+
+def active_run() -> Run | None:
+    """The run this kernel is waiting on right now, if any (readable from other threads)."""
+    return _active
+
+
+def set_active(run: Run | None) -> None:
+    global _active
+    _active = run
+
+
+@dataclass
+class RunSpec:
+    workers: int
+    gpu: bool
+    cpus_per_worker: float
+    config: dict[str, Any]
+    name: str
+    worker_env: dict[str, str]
+    storage_path: str | None
+    cell_file: str | None = None
+    cell_source: str | None = None
+    cwd: str | None = None
+    #: a faster network than sockets is expected between nodes (EFA requested): sockets then count as a fallback
+    expect_efa: bool = False
+    gdr_expected: bool | None = None
+    user_env: dict[str, str] | None = None
+
+
+class Run:
+    """One training run. ``status`` is pending -> starting -> running -> succeeded | failed | aborted."""
+
+    def __init__(self, spec: RunSpec, settings: Settings) -> None:
+        self.spec, self.settings = spec, settings
+        self.name = spec.name
+        self.status: RunStatus = "pending"
+        self.error: RunError | None = None
+        self.result: dict[str, Any] | None = None
+        self.started_at: float | None = None
+        self.first_step_at: float | None = None
+        self.ended_at: float | None = None
+        self.stream: _metrics.MetricStream | None = None
+        self._launcher: Any = None
+        self._sink: Any = None
+        self._fit_ref: Any = None
+        self._done = threading.Event()
+        self._fit_outcome: dict[str, Any] | None = None
+        self._fit_exc: BaseException | None = None
+        self._payload = b""
+        #: starts the same function again with changes (set by whoever started this run: ``_train.py``)
+        self._rerun: Callable[..., Run] | None = None
+
+    # --- what a user reads ------------------------------------------------------------------------------------
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        return self.stream.records if self.stream else []
+
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        return self.stream.events if self.stream else []
+
+    @property
+    def metrics(self) -> Any:
+        """Every reported record as a pandas DataFrame: ``rank``, ``step``, ``time`` and each reported key."""
+        import pandas as pd
+
+        df = pd.DataFrame.from_records(self.records)
+        if df.empty:
+            return pd.DataFrame(columns=["rank", "step", "time"])
+        first = ["rank", "step", "time"]
+        df = df[first + [c for c in df.columns if c not in first]]
+        return df.sort_values(["time", "rank"], kind="stable").reset_index(drop=True)
+
+    @property
+    def nccl(self) -> dict[int, dict[str, Any]]:
+        """The latest NCCL transport summary of each rank (GPU runs; see raynb.nccl for the fields)."""
+        out: dict[int, dict[str, Any]] = {}
+        for e in self.events:
+            if e.get("kind") == "nccl":
+                out[e["rank"]] = {**e["summary"], "node": e.get("node"), "log": e.get("log")}
+        return out
+
+    @property
+    def step(self) -> int:
+        recs = self.records
+        return max((r.get("step", 0) for r in recs), default=0) if recs else 0
+
+    def rate(self, key: str = "tokens", *, skip_steps: int | None = None) -> float:
+        """Steady-state throughput of a reported count (``tokens``, ``samples``): the sum over ranks per second of
+        wall time, after the first ``skip_steps`` steps (default: a tenth of the run) — compile, warm-up and
+        start-up excluded, unlike ``total / elapsed``."""
+        recs = [r for r in self.records if key in r and "time" in r]
+        if not recs:
+            return 0.0
+        last = max(int(r.get("step", 0)) for r in recs)
+        skip = max(1, last // 10) if skip_steps is None else skip_steps
+        base = [r for r in recs if int(r.get("step", 0)) <= skip]
+        after = [r for r in recs if int(r.get("step", 0)) > skip]
+        if not base or not after:
+            return 0.0
+        t0, t1 = max(r["time"] for r in base), max(r["time"] for r in after)
+        return float(sum(r[key] for r in after) / (t1 - t0)) if t1 > t0 else 0.0
+
+    @property
+    def elapsed(self) -> float:
+        if self.started_at is None:
+            return 0.0
+        return (self.ended_at or time.time()) - self.started_at
+
+    @property
+    def phase(self) -> str:
+        """A human phase: starting workers, running, or the final status."""
+        if self.status in TERMINAL:
+            return self.status
+        if self.records or self.status == "running":
+            return "running"
+        return "starting workers"
+
+    def raise_for_status(self) -> Run:
+        """Raise :class:`TrainingFailedError` / :class:`RunAborted` unless the run succeeded."""
+        if self.status == "failed":
+            err = self.error
+            nccl = bool(err and "NCCL on rank" in err.detail)
+            raise TrainingFailedError(
+                str(err) if err else "The run failed.", run=self,
+                fix="the NCCL note above says what is missing; %raycluster doctor checks the cluster's side"
+                if nccl else "fix the cell and run it again; run.metrics holds what was reported.")
+        if self.status == "aborted":
+            raise RunAborted(f"Run {self.name} aborted at step {self.step}; its workers were stopped.", run=self)
+        return self
+
+    def __repr__(self) -> str:
+        return f"<raynb.Run {self.name!r} {self.status} step={self.step} workers={self.spec.workers}>"
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        from .display import render_bundle
+
+        return render_bundle(self)
+
+    def rerun(self, *, env: dict[str, str] | None = None, name: str | None = None,
+              config: dict[str, Any] | None = None, workers: int | None = None,
+              display: bool | str | None = None) -> Run:
+        """Run the same function again, changing only what is given (e.g. ``env=TCP_ENV`` to force sockets)."""
+        if self._rerun is None:
+            raise RuntimeError("this Run was not started by raynb.train")
+        return self._rerun(env=env, name=name, config=config, workers=workers, display=display)
+
+    def figure(self) -> Any:
+        """An interactive plotly figure of loss and throughput (for exploring after the run)."""
+        from .display.plotly_figure import run_figure
+
+        return run_figure(self)
+
+    # --- lifecycle ----------------------------------------------------------------------------------------------
+    def _start(self, payload: bytes) -> None:
+        self._payload = payload
+        self.started_at = time.time()
+        self.status = "starting"
+        self._launcher, self._sink = take_spare(self.settings)
+        spec = {
+            "workers": self.spec.workers, "gpu": self.spec.gpu, "cpus_per_worker": self.spec.cpus_per_worker,
+            "name": self.spec.name, "storage_path": self.spec.storage_path, "worker_env": self.spec.worker_env,
+            "worker_info": {"cwd": self.spec.cwd, "fast_train_report": self.settings.fast_train_report,
+                            "expect_efa": self.spec.expect_efa, "gdr_expected": self.spec.gdr_expected},
+        }
+        self._fit_ref = self._launcher.fit.remote(payload, self.spec.config, spec, self._sink)
+        self.stream = _metrics.MetricStream(self._sink).start()
+        threading.Thread(target=self._watch_fit, name="raynb-fit-watch", daemon=True).start()
+
+    def _watch_fit(self) -> None:
+        import ray
+
+        try:
+            self._fit_outcome = ray.get(self._fit_ref)
+        except BaseException as e:  # noqa: BLE001 - launcher killed (abort) or the client went away
+            self._fit_exc = e
+        finally:
+            self._done.set()
+
+    def _wait(self, on_tick: Callable[[], None] | None = None) -> None:
+        """Wait for the end, redrawing at most ``refresh_hz`` times a second; an interrupt aborts the run."""
+        period = 1.0 / max(self.settings.refresh_hz, 0.5)
+        previous = signal.getsignal(signal.SIGINT)
+        in_main = threading.current_thread() is threading.main_thread()
+        if in_main and previous is not signal.default_int_handler:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            while not self._done.wait(period):
+                self._note_progress()
+                if on_tick:
+                    on_tick()
+            self._finish()
+        except KeyboardInterrupt:
+            self.abort()
+        finally:
+            if in_main and previous is not signal.default_int_handler:
+                signal.signal(signal.SIGINT, previous)
+            if on_tick:
+                on_tick()
+            if _active is self:
+                set_active(None)
+
+    def _note_progress(self) -> None:
+        if self.status == "starting" and self.stream and (self.stream.records or any(
+                e.get("kind") == "worker_started" for e in self.stream.events)):
+            self.status = "running"
+        if self.first_step_at is None and self.stream and self.stream.records:
+            self.first_step_at = time.time()
+
+    def _finish(self) -> None:
+        import ray
+
+        if self.stream:
+            self.stream.stop(final_drain=True)
+        self._note_progress()
+        self.ended_at = time.time()
+        out = self._fit_outcome
+        if out is None or out["status"] == "failed":
+            self.status = "failed"
+            self.error = assemble_error(out, self.events, self.spec.workers, cell_file=self.spec.cell_file,
+                                        cell_source=self.spec.cell_source, nccl=nccl_hint(self.nccl),
+                                        lost=self._fit_exc)
+        else:
+            self.status = "succeeded"
+        self.result = out
+        for actor in (self._launcher, self._sink):
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # noqa: BLE001, S110 - already gone
+                pass
+        prewarm(self.settings)  # the next cell finds a warm launcher
+
+    def abort(self, timeout: float = 5.0) -> None:
+        """Stop the run now: kill the launcher, which takes the Train controller and workers with it."""
+        import ray
+
+        if self.status in TERMINAL:
+            return
+        step = self.step
+        for actor in (self._launcher,):
+            if actor is not None:
+                try:
+                    ray.kill(actor, no_restart=True)
+                except Exception:  # noqa: BLE001, S110
+                    pass
+        self._done.wait(timeout)
+        if self.stream:
+            self.stream.stop(final_drain=True)
+        if self._sink is not None:
+            try:
+                ray.kill(self._sink, no_restart=True)
+            except Exception:  # noqa: BLE001, S110
+                pass
+        self.ended_at = time.time()
+        self.status = "aborted"
+        self.aborted_at_step = max(step, self.step)
+        prewarm(self.settings)
+
+

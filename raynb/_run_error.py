@@ -1,0 +1,74 @@
+"""What failed in a run, assembled from the workers' events and the launcher's outcome. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._worker import format_frames
+
+__all__ = ["RunError", "ranks_text", "assemble_error", "nccl_hint"]
+
+
+@dataclass
+class RunError:
+    """What failed: per-rank exception type, message and traceback lines (cell frames say ``cell line N``)."""
+
+    ranks: list[int]
+    world_size: int
+    type: str
+    message: str
+    tracebacks: dict[int, list[str]] = field(default_factory=dict)
+    detail: str = ""
+
+    def __str__(self) -> str:
+        who = ranks_text(self.ranks, self.world_size)
+        head = f"{who} failed with {self.type}: {self.message}"
+        if not self.tracebacks:
+            return head + (f"\n{self.detail}" if self.detail else "")
+        rank = min(self.tracebacks)
+        lines = [head, f"Traceback (rank {rank}, most recent call last):", *self.tracebacks[rank],
+                 f"{self.type}: {self.message}"]
+        return "\n".join(lines + ([self.detail] if self.detail else []))
+
+
+def ranks_text(ranks: Sequence[int], world: int) -> str:
+    if not ranks:
+        return "The run"
+    if len(ranks) == world and world > 1:
+        return f"All {world} workers"
+    if len(ranks) == 1:
+        return f"Rank {ranks[0]} of {world}"
+    return f"Ranks {', '.join(map(str, ranks[:-1]))} and {ranks[-1]} of {world}"
+
+
+def nccl_hint(nccl: Mapping[int, Mapping[str, Any]]) -> str:
+    """The first NCCL error verdict of the run, if any: often the real reason a GPU run failed."""
+    for rank, s in sorted(nccl.items()):
+        if s.get("severity") == "error" and s.get("messages"):
+            return f"NCCL on rank {rank}: " + " ".join(s["messages"][:2])
+    return ""
+
+
+def assemble_error(outcome: Mapping[str, Any] | None, events: Sequence[Mapping[str, Any]], world_size: int, *,
+                   cell_file: str | None = None, cell_source: str | None = None, nccl: str = "",
+                   lost: BaseException | None = None) -> RunError:
+    """One error for the whole run: the workers' own tracebacks first (lowest rank shown), else Train's per-rank
+    failures, else the launcher's message; ``lost``: the launcher itself went away (no outcome)."""
+    if outcome is None:
+        err = RunError([], world_size, type(lost).__name__, str(lost)[:2000])
+    elif worker_errors := [e for e in events if e.get("kind") == "worker_error"]:
+        first = min(worker_errors, key=lambda e: e["rank"])
+        ranks = sorted({e["rank"] for e in worker_errors})
+        tbs = {e["rank"]: format_frames(e["frames"], cell_file, cell_source) for e in worker_errors}
+        err = RunError(ranks, world_size, first["type"], first["message"], tbs)
+    elif failures := dict(outcome.get("failures") or {}):
+        ranks = sorted(failures)
+        typ, _, msg = failures[ranks[0]].partition(": ")
+        err = RunError(ranks, world_size, typ, msg)
+    else:
+        err = RunError([], world_size, outcome.get("error_type", "Error"), outcome.get("message", "")[:2000])
+    if nccl:
+        err.detail = (err.detail + "\n" if err.detail else "") + nccl
+    return err

@@ -1,0 +1,174 @@
+"""Every option, declared once, and resolved in one place: flag > ``%config RayNB.*`` > ``RAYNB_*`` env > values file >
+default.
+
+Each :class:`Settings` field carries its type, default, help and (where a magic takes it) flag name. The ``%config
+RayNB`` traits (:func:`config_traits`) and the magics' argparse flags (:func:`add_flag`) are derived from these
+fields, so the three can never disagree (``tests/unit/test_settings.py`` proves it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any, Literal, get_args, get_type_hints
+
+from .errors import UsageError
+
+__all__ = ["Settings", "NcclMode", "resolve", "parse_assignments", "parse_bool", "add_flag", "config_traits",
+           "ENV_PREFIX"]
+
+ENV_PREFIX = "RAYNB_"
+NcclMode = Literal["summary", "full", "off"]
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
+
+
+def option(default: Any, help: str, flag: str | None = None) -> Any:  # noqa: A002 - argparse's word for it
+    """A Settings field: ``help`` is shown by ``%config RayNB`` and the magics' ``--help``; ``flag`` is the magic flag
+    (``--no-X`` for a bool flag that turns the option off)."""
+    return dataclasses.field(default=default, metadata={"help": help, "flag": flag})
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a magic or API call may be told; each field can come from any layer."""
+
+    workers: int = option(2, "number of Ray Train workers", "--workers")
+    gpu: bool = option(False, "one GPU per worker (NCCL); `--gpu $USE_GPU` takes a notebook variable", "--gpu")
+    cpus_per_worker: float = option(1.0, "CPUs each worker reserves (gloo)", "--cpus-per-worker")
+    local_num_cpus: int | None = option(None, "CPUs the embedded head offers (default: what the machine has)",
+                                        "--num-cpus")
+    local_num_gpus: int | None = option(None, "GPUs the embedded head offers (default: what the machine has)",
+                                        "--num-gpus")
+    local_dashboard: bool = option(True, "start the embedded head with Ray's dashboard (needs ray[default])",
+                                   "--no-dashboard")
+    start_timeout_s: float = option(120.0, "seconds `up --local` waits for the embedded head")
+    connect_timeout_s: float = option(60.0, "seconds Ray Client connects may retry")
+    health_check_interval_s: float = option(
+        2.0, "how often Ray Train's controller polls workers; a checkpointing ray.train.report() blocks about this "
+        "long (metric-only reports take raynb's non-blocking path)")
+    fast_train_report: bool = option(True, "route metric-only ray.train.report() to raynb's non-blocking path")
+    refresh_hz: float = option(4.0, "live display redraws per second (at most)")
+    nccl: NcclMode = option("summary", "NCCL logging: summary (parsed badges), full (raw lines) or off", "--nccl")
+    strict_efa: bool = option(False, "fail a run whose NCCL fell back to sockets while EFA was expected",
+                              "--strict-efa")
+    storage_path: str | None = option(None, "where Ray Train keeps run state and checkpoints (default ~/ray_results)")
+    kube_context: str | None = option(None, "kubeconfig context (default: the current one)", "--context")
+    kube_namespace: str | None = option(None, "Kubernetes namespace (default: NAMESPACE in the values file)",
+                                        "--namespace")
+    kube_start_timeout_s: float = option(900.0, "seconds `up` waits for a Kubernetes RayCluster")
+
+
+_HINTS = get_type_hints(Settings)
+FIELDS = {f.name: f for f in fields(Settings)}
+
+
+def base_type(name: str) -> type:
+    """The option's value type: ``int | None`` -> int; a Literal of strings -> str."""
+    hint = _HINTS[name]
+    args = [a for a in get_args(hint) if a is not type(None)]
+    if args and all(isinstance(a, str) for a in args):
+        return str
+    return args[0] if args else hint
+
+
+def choices(name: str) -> tuple[str, ...] | None:
+    args = get_args(_HINTS[name])
+    return args if args and all(isinstance(a, str) for a in args) else None
+
+
+def parse_bool(text: str) -> bool:
+    low = text.strip().lower()
+    if low in _TRUE:
+        return True
+    if low in _FALSE:
+        return False
+    raise ValueError(f"expected true or false, not {text!r}")
+
+
+def _coerce(name: str, value: Any, source: str) -> Any:
+    kind = base_type(name)
+    try:
+        if kind is bool:
+            return parse_bool(value) if isinstance(value, str) else bool(value)
+        if kind is int:
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError(value)
+            return int(value)
+        if kind is float:
+            return float(value)
+        value = str(value)
+    except (TypeError, ValueError):
+        raise UsageError(f"{name} = {value!r} (from {source}) is not a valid {kind.__name__}.",
+                         fix=f"set {name} to a {kind.__name__} value.") from None
+    allowed = choices(name)
+    if allowed and value not in allowed:
+        raise UsageError(f"{name} must be {', '.join(allowed[:-1])} or {allowed[-1]}, not {value!r} (from {source}).")
+    return value
+
+
+def resolve(
+    flags: Mapping[str, Any] | None = None,
+    magic_config: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    values: Mapping[str, Any] | None = None,
+) -> Settings:
+    """Merge the layers; ``None`` in a layer means "not set here"."""
+    env = os.environ if env is None else env
+    layers: list[tuple[str, Mapping[str, Any]]] = [
+        ("a flag", flags or {}),
+        ("%config RayNB", magic_config or {}),
+        ("the environment", {n: env[ENV_PREFIX + n.upper()] for n in FIELDS if ENV_PREFIX + n.upper() in env}),
+        ("the values file", values or {}),
+    ]
+    chosen: dict[str, Any] = {}
+    for source, layer in layers:
+        for key, value in layer.items():
+            if key in FIELDS and key not in chosen and value is not None:
+                chosen[key] = _coerce(key, value, source)
+    return dataclasses.replace(Settings(), **chosen)
+
+
+def parse_assignments(items: list[str], flag: str) -> dict[str, str]:
+    """``["K=V", ...]`` from repeated ``--env``/``--set`` flags; ``flag`` names the flag in the error."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"{flag} takes KEY=VALUE, not {item!r}", fix=f"e.g. {flag} NCCL_DEBUG=INFO")
+        out[key] = value
+    return out
+
+
+def _argparse_bool(text: str) -> bool:
+    try:
+        return parse_bool(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def add_flag(parser: Any, name: str, *aliases: str) -> None:
+    """Add option ``name``'s flag to an argparse parser or group, with the option's own type, help and choices."""
+    f = FIELDS[name]
+    flag, help_ = f.metadata["flag"], f.metadata["help"]
+    if flag is None:
+        raise ValueError(f"option {name} has no flag")
+    kind = base_type(name)
+    if kind is bool and flag.startswith("--no-"):
+        parser.add_argument(flag, *aliases, dest=name, action="store_const", const=False, default=None, help=help_)
+    elif kind is bool:
+        parser.add_argument(flag, *aliases, dest=name, nargs="?", const=True, default=None, type=_argparse_bool,
+                            metavar="BOOL", help=help_)
+    else:
+        parser.add_argument(flag, *aliases, dest=name, type=kind, choices=choices(name), default=None, help=help_)
+
+
+def config_traits() -> dict[str, Any]:
+    """One ``%config RayNB.<name>`` trait per option (None: not set here, take the next layer)."""
+    from traitlets import Bool, Float, Integer, Unicode
+
+    kinds = {bool: Bool, int: Integer, float: Float, str: Unicode}
+    return {name: kinds[base_type(name)](None, allow_none=True, help=f.metadata["help"]).tag(config=True)
+            for name, f in FIELDS.items()}

@@ -1,0 +1,169 @@
+"""Starting runs: ``raynb.train(fn)`` and the ``%%raytrain`` cell both come through here.
+
+Checks the cluster can place the run (before anything waits forever), builds each worker's environment, ships the
+function, and waits with a live view. The Run itself is ``_run.py``; the actor hosting ``fit()`` is ``_launcher.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ._cell import modules_beside, serialize
+from ._current import current, resolve_settings
+from ._run import Run, RunSpec, set_active
+from ._settings import Settings
+from ._worker_env import worker_env
+from .errors import InsufficientResourcesError, not_connected
+
+__all__ = ["train", "start_run", "check_resources", "default_run_name"]
+
+
+def default_run_name() -> str:
+    return "raytrain-" + _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+
+
+def check_resources(workers: int, gpu: bool, cpus_per_worker: float,
+                    total: dict[str, float] | None = None) -> None:
+    """Refuse a run the cluster can never place, instead of waiting forever. ``total``: the cluster's resources
+    (default: asked from the connected cluster)."""
+    if total is None:
+        import ray
+
+        if not ray.is_initialized():
+            raise not_connected()
+        total = ray.cluster_resources()
+    need_cpu = workers * cpus_per_worker
+    have_cpu, have_gpu = total.get("CPU", 0.0), total.get("GPU", 0.0)
+    if gpu and workers > have_gpu:
+        raise InsufficientResourcesError(
+            f"{workers} GPU workers were asked for, but the cluster has {have_gpu:g} GPUs.",
+            saw=f"cluster resources: {have_cpu:g} CPUs, {have_gpu:g} GPUs",
+            fix=f"use --workers {int(have_gpu)}" if have_gpu >= 1 else
+            "drop --gpu to train on CPUs, or connect to a cluster with GPUs.",
+        )
+    if need_cpu > have_cpu:
+        fit = int(have_cpu // cpus_per_worker) if cpus_per_worker else 0
+        raise InsufficientResourcesError(
+            f"{workers} workers x {cpus_per_worker:g} CPUs = {need_cpu:g} CPUs were asked for, "
+            f"but the cluster has {have_cpu:g}.",
+            saw=f"cluster resources: {have_cpu:g} CPUs, {have_gpu:g} GPUs",
+            fix=(f"use --workers {fit}" if fit >= 1 else "lower --cpus-per-worker")
+            + (" or --cpus-per-worker " + f"{have_cpu / workers:g}" if have_cpu / workers >= 0.1 else "")
+            + ", or start a bigger cluster.",
+        )
+
+
+def _register_modules_beside(here: str) -> None:
+    """Modules imported from the notebook's folder are not installed on workers: ship them by value."""
+    import ray
+
+    for mod in modules_beside(Path(here)):
+        ray.cloudpickle.register_pickle_by_value(mod)
+
+
+def _payload_of(fn: Callable[..., Any], here: str) -> bytes:
+    _register_modules_beside(here)
+    return serialize(fn)
+
+
+def start_run(
+    fn: Callable[..., Any],
+    settings: Settings,
+    *,
+    config: dict[str, Any] | None = None,
+    name: str | None = None,
+    env: dict[str, str] | None = None,
+    cell_file: str | None = None,
+    cell_source: str | None = None,
+    cwd: str | None = None,
+    worker_env_extra: dict[str, str] | None = None,
+) -> tuple[Run, bytes]:
+    """Check, serialize and start a run; the caller waits on it (with or without a display)."""
+    here = cwd or os.getcwd()
+    payload = _payload_of(fn, here)
+    run = _start_payload(payload, settings, config=config, name=name, env=env, cell_file=cell_file,
+                         cell_source=cell_source, cwd=here, worker_env_extra=worker_env_extra)
+    return run, payload
+
+
+def _start_payload(payload: bytes, settings: Settings, *, config: dict[str, Any] | None, name: str | None,
+                   env: dict[str, str] | None, cell_file: str | None, cell_source: str | None, cwd: str,
+                   worker_env_extra: dict[str, str] | None = None) -> Run:
+    check_resources(settings.workers, settings.gpu, settings.cpus_per_worker)  # before anything waits forever
+    name = name or default_run_name()
+    user_env = {**(worker_env_extra or {}), **(env or {})}
+    cl = current()
+    expect_efa, gdr_expected = cl.backend.efa_expected() if cl is not None else (False, None)
+    spec = RunSpec(
+        workers=settings.workers, gpu=settings.gpu, cpus_per_worker=settings.cpus_per_worker,
+        config=dict(config or {}), name=name,
+        worker_env=worker_env(settings.nccl, name, gpu=settings.gpu, strict_efa=settings.strict_efa,
+                              user_env=user_env),
+        storage_path=settings.storage_path, cell_file=cell_file, cell_source=cell_source, cwd=cwd,
+        user_env=user_env, expect_efa=expect_efa, gdr_expected=gdr_expected,
+    )
+    run = Run(spec, settings)
+    run._rerun = lambda **changes: _rerun(run, payload, **changes)
+    set_active(run)
+    run._start(payload)
+    return run
+
+
+def _rerun(run: Run, payload: bytes, *, env: dict[str, str] | None, name: str | None,
+           config: dict[str, Any] | None, workers: int | None, display: bool | str | None) -> Run:
+    settings = dataclasses.replace(run.settings, workers=workers or run.settings.workers)
+    user_env = {k: v for k, v in run.spec.worker_env.items() if k in (run.spec.user_env or {})}
+    return _run_payload(payload, settings, config=run.spec.config if config is None else config,
+                        name=name or f"{run.name}-rerun", env={**user_env, **(env or {})},
+                        cell_file=run.spec.cell_file, cell_source=run.spec.cell_source, cwd=run.spec.cwd or os.getcwd(),
+                        display=display)
+
+
+def _run_payload(payload: bytes, settings: Settings, *, display: bool | str | None = None, **kw: Any) -> Run:
+    """Start a run and wait for it with a live view; an interrupt aborts it and raises RunAborted."""
+    from .display import LiveView
+
+    run = _start_payload(payload, settings, **kw)
+    view = None
+    if display is not False:
+        view = LiveView(run, mode=display if isinstance(display, str) else None, hz=settings.refresh_hz).start()
+    run._wait(on_tick=view.refresh if view else None)
+    if view is not None:
+        view.finish()
+    if run.status == "aborted":
+        run.raise_for_status()
+    return run
+
+
+def train(
+    fn: Callable[..., Any],
+    *,
+    workers: int | None = None,
+    gpu: bool | None = None,
+    cpus_per_worker: float | None = None,
+    config: dict[str, Any] | None = None,
+    name: str | None = None,
+    env: dict[str, str] | None = None,
+    display: bool | str | None = None,
+    settings: Settings | None = None,
+    cell_file: str | None = None,
+    cell_source: str | None = None,
+) -> Run:
+    """Run ``fn(config)`` as Ray Train's ``train_loop_per_worker`` on ``workers`` workers and watch it live.
+
+    Returns the :class:`Run` (``status``, ``metrics``, ``error``) once it has succeeded or failed; call
+    ``run.raise_for_status()`` to turn a failure into an exception. An interrupt (Ctrl-C, the notebook's stop
+    button) stops the workers and raises :class:`~raynb.errors.RunAborted`. ``display``: None picks HTML in
+    notebooks and a text line in terminals; False shows nothing.
+    """
+    if settings is None:
+        settings = resolve_settings({"workers": workers, "gpu": gpu, "cpus_per_worker": cpus_per_worker})
+    here = os.getcwd()
+    payload = _payload_of(fn, here)
+    return _run_payload(payload, settings, config=config, name=name, env=env, cell_file=cell_file,
+                        cell_source=cell_source, cwd=here, display=display)
