@@ -20,8 +20,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import raynb  # noqa: E402
-from raynb.display.nccl_badges import badge_label  # noqa: E402
+import raynb
+from raynb.display.nccl_badges import badge_label
 
 MiB = 1 << 20
 SIZES = [MiB, 16 * MiB, 256 * MiB, 1024 * MiB]
@@ -30,11 +30,19 @@ CASES: list[tuple[str, dict[str, str], int, dict[str, Any]]] = [
     ("p2p", {}, 0, {"intra_node": "p2p", "inter_node": None, "severity": "ok", "fallback": False}),
     ("shm", {"NCCL_P2P_DISABLE": "1"}, 0, {"intra_node": "shm", "severity": "warn", "fallback": False}),
     # with P2P and SHM off NCCL counts each GPU as its own node (nNodes 2, localRanks 1): seen on 2 x H200, 2.28.9
-    ("socket", {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"}, 0,
-     {"nodes": 2, "inter_node": "socket", "network": "Socket", "severity": "warn", "fallback": False}),
+    (
+        "socket",
+        {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"},
+        0,
+        {"nodes": 2, "inter_node": "socket", "network": "Socket", "severity": "warn", "fallback": False},
+    ),
     ("two-hosts", {}, 2, {"nodes": 2, "inter_node": "socket", "severity": "warn", "fallback": False}),
-    ("ofi-missing", {"NCCL_NET_PLUGIN": "ofi"}, 0,
-     {"intra_node": "p2p", "network": "Socket", "fallback": True, "severity": "warn"}),
+    (
+        "ofi-missing",
+        {"NCCL_NET_PLUGIN": "ofi"},
+        0,
+        {"intra_node": "p2p", "network": "Socket", "fallback": True, "severity": "warn"},
+    ),
 ]
 
 MAGIC_CELL = """%%raytrain --workers {workers} --gpu --name proof-magic --out magic_run
@@ -64,8 +72,15 @@ def main() -> None:
     for name, env, fake_hosts, expect in CASES:
         t0 = time.time()
         try:
-            probe = raynb.bench(workers=gpus, gpu=True, sizes=SIZES, env=env, fake_hosts=fake_hosts,
-                                name=f"proof-{name}", display="text")
+            probe = raynb.bench(
+                workers=gpus,
+                gpu=True,
+                sizes=SIZES,
+                env=env,
+                fake_hosts=fake_hosts,
+                name=f"proof-{name}",
+                display="text",
+            )
         except Exception as e:  # noqa: BLE001 - record and go on to the next case
             result["cases"][name] = {"env": env, "error": f"{type(e).__name__}: {e}"[:3000]}
             continue
@@ -74,13 +89,20 @@ def main() -> None:
         for f in glob.glob(f"/tmp/raynb-nccl-proof-{name}.*.log"):
             shutil.copy(f, logs / Path(f).name.replace("raynb-nccl-", ""))
         result["cases"][name] = {
-            "env": env, "fake_hosts": fake_hosts, "seconds": time.time() - t0,
+            "env": env,
+            "fake_hosts": fake_hosts,
+            "seconds": time.time() - t0,
             "busbw_gbps": {str(int(r["size_bytes"])): r["busbw_gbps"] for r in probe.rows},
-            "badge": badge_label(t), "summary": {k: v for k, v in t.items() if k != "evidence"},
-            "expected": expect, "matched": got == expect,
+            "badge": badge_label(t),
+            "summary": {k: v for k, v in t.items() if k != "evidence"},
+            "expected": expect,
+            "matched": got == expect,
         }
-        print(f"[proof] {name}: {badge_label(t)} [{t.get('severity')}] matched={got == expect} "
-              f"busbw@256MiB={result['cases'][name]['busbw_gbps'].get(str(256 * MiB))}", file=sys.stderr)
+        print(
+            f"[proof] {name}: {badge_label(t)} [{t.get('severity')}] matched={got == expect} "
+            f"busbw@256MiB={result['cases'][name]['busbw_gbps'].get(str(256 * MiB))}",
+            file=sys.stderr,
+        )
     # a real %%raytrain cell through IPython's magic
     from IPython.testing.globalipapp import start_ipython
 
@@ -88,10 +110,12 @@ def main() -> None:
     ip.run_line_magic("load_ext", "raynb")
     r = ip.run_cell(MAGIC_CELL.format(workers=gpus))
     run = ip.user_ns.get("magic_run")
-    result["magic"] = {"error": repr(r.error_in_exec) if r.error_in_exec else None,
-                       "status": getattr(run, "status", None), "steps": getattr(run, "step", None),
-                       "nccl_rank0": {k: v for k, v in (run.nccl.get(0, {}) if run else {}).items()
-                                      if k != "evidence"}}
+    result["magic"] = {
+        "error": repr(r.error_in_exec) if r.error_in_exec else None,
+        "status": getattr(run, "status", None),
+        "steps": getattr(run, "step", None),
+        "nccl_rank0": {k: v for k, v in (run.nccl.get(0, {}) if run else {}).items() if k != "evidence"},
+    }
     for f in glob.glob("/tmp/raynb-nccl-proof-magic.*.log"):
         shutil.copy(f, logs / Path(f).name.replace("raynb-nccl-", ""))
     result["all_matched"] = all(c.get("matched") for c in result["cases"].values())

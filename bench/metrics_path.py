@@ -22,10 +22,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import ray  # noqa: E402
+import ray
 
-import raynb  # noqa: E402
-from raynb import metrics  # noqa: E402
+import raynb
+from raynb import metrics
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -109,9 +109,12 @@ def bare_train_report_ms(calls: int = 4) -> list[float]:
 
     @ray.remote(num_cpus=0)
     def fit() -> None:
-        TorchTrainer(loop, train_loop_config={"calls": calls, "col": col},
-                     scaling_config=ScalingConfig(num_workers=2),
-                     run_config=RunConfig(name=f"bench-bare-report-{int(time.time())}")).fit()
+        TorchTrainer(
+            loop,
+            train_loop_config={"calls": calls, "col": col},
+            scaling_config=ScalingConfig(num_workers=2),
+            run_config=RunConfig(name=f"bench-bare-report-{int(time.time())}"),
+        ).fit()
 
     ray.get(fit.remote())
     return ray.get(col.get.remote())
@@ -134,8 +137,11 @@ def main() -> None:
     cost_us = ray.get(w.cost.remote(sink, 20_000))
     bare_ms = bare_train_report_ms()
     out["report_cost"] = {
-        "raynb_p50_us": statistics.median(cost_us), "raynb_p99_us": pct(cost_us, 99), "calls": len(cost_us),
-        "bare_ray_train_report_p50_ms": statistics.median(bare_ms), "bare_calls": len(bare_ms),
+        "raynb_p50_us": statistics.median(cost_us),
+        "raynb_p99_us": pct(cost_us, 99),
+        "calls": len(cost_us),
+        "bare_ray_train_report_p50_ms": statistics.median(bare_ms),
+        "bare_calls": len(bare_ms),
         "ratio_bare_over_raynb": statistics.median(bare_ms) * 1000 / statistics.median(cost_us),
         "target_p50_us": 1000,
     }
@@ -149,8 +155,14 @@ def main() -> None:
     n = ray.get(w.steady.remote(sink, 10.0, 20.0))
     stream.stop()
     lat = [(a - r["time"]) * 1000 for r, a in zip(stream.records, stream.arrivals, strict=True)]
-    out["latency_ms"] = {"p50": statistics.median(lat), "p95": pct(lat, 95), "max": max(lat), "records": len(lat),
-                         "sent": n, "target_p95": 250}
+    out["latency_ms"] = {
+        "p50": statistics.median(lat),
+        "p95": pct(lat, 95),
+        "max": max(lat),
+        "records": len(lat),
+        "sent": n,
+        "target_p95": 250,
+    }
 
     # 3. scale: ranks x rate for scale-seconds into one notebook, with a live view redrawing
     from types import SimpleNamespace
@@ -160,8 +172,15 @@ def main() -> None:
     sink = metrics.sink_actor()
     ray.get(sink.drain.remote(0, 0, 0.0))
     stream = metrics.MetricStream(sink).start()
-    fake_run = SimpleNamespace(name="scale", status="running", phase="running", events=[], error=None,
-                               spec=SimpleNamespace(workers=args.ranks, gpu=False), elapsed=0.0)
+    fake_run = SimpleNamespace(
+        name="scale",
+        status="running",
+        phase="running",
+        events=[],
+        error=None,
+        spec=SimpleNamespace(workers=args.ranks, gpu=False),
+        elapsed=0.0,
+    )
     fake_run.records = stream.records
     fake_run.step = 0
 
@@ -178,8 +197,10 @@ def main() -> None:
         stream.records.pop()
         stream.arrivals.pop()
     t0 = time.time()
-    refs = [s.simulate.remote(sink, list(range(i * per, (i + 1) * per)), args.scale_seconds, args.rate)
-            for i, s in enumerate(sims)]
+    refs = [
+        s.simulate.remote(sink, list(range(i * per, (i + 1) * per)), args.scale_seconds, args.rate)
+        for i, s in enumerate(sims)
+    ]
     render_ms: list[float] = []
     while len(ray.wait(refs, num_returns=len(refs), timeout=0.25)[0]) < len(refs):
         fake_run.elapsed = time.time() - t0
@@ -198,11 +219,17 @@ def main() -> None:
     first = [lg for t, lg in lags if t < 10]
     last = [lg for t, lg in lags if t > end - 10]
     out["scale"] = {
-        "ranks": args.ranks, "reports_per_s_per_rank": args.rate, "seconds": args.scale_seconds,
-        "processes": args.processes, "sent": sent, "received": len(recs),
-        "lag_p95_first_10s_ms": pct(first, 95), "lag_p95_last_10s_ms": pct(last, 95),
+        "ranks": args.ranks,
+        "reports_per_s_per_rank": args.rate,
+        "seconds": args.scale_seconds,
+        "processes": args.processes,
+        "sent": sent,
+        "received": len(recs),
+        "lag_p95_first_10s_ms": pct(first, 95),
+        "lag_p95_last_10s_ms": pct(last, 95),
         "lag_growth_ratio_last_over_first": pct(last, 95) / max(pct(first, 95), 1e-9),
-        "live_view_render_p50_ms": statistics.median(render_ms), "live_view_render_p95_ms": pct(render_ms, 95),
+        "live_view_render_p50_ms": statistics.median(render_ms),
+        "live_view_render_p95_ms": pct(render_ms, 95),
         "redraws": len(render_ms),
     }
     print(json.dumps(out, indent=1))

@@ -66,32 +66,48 @@ def run_raynb(cfg: dict[str, Any], workers: int, env: dict[str, str]) -> dict[st
 
     helpers, body = notebook_cells()
     ns: dict[str, Any] = {"__name__": "__main__"}
-    exec(compile(helpers, "<qwen-notebook-helpers>", "exec"), ns)  # noqa: S102 - the notebook's own cells
+    exec(compile(helpers, "<qwen-notebook-helpers>", "exec"), ns)
     fn = compile_cell(body, ns, filename="<qwen-notebook-train-cell>")
     raynb.up(local=True, progress=lambda m: print(m, file=sys.stderr))
     t0 = time.time()
-    run = raynb.train(fn, workers=workers, gpu=cfg["gpu"], config=cfg, env=env, display="text",
-                      name=f"qwen-bench-{int(t0)}")
+    run = raynb.train(
+        fn, workers=workers, gpu=cfg["gpu"], config=cfg, env=env, display="text", name=f"qwen-bench-{int(t0)}"
+    )
     run.raise_for_status()
     nccl = run.nccl.get(0, {})
-    return {"nccl": {k: nccl.get(k) for k in ("intra_node", "inter_node", "network", "severity", "fallback")},
-            "call_to_end_s": time.time() - t0}
+    return {
+        "nccl": {k: nccl.get(k) for k in ("intra_node", "inter_node", "network", "severity", "fallback")},
+        "call_to_end_s": time.time() - t0,
+    }
 
 
 def run_torchrun(cfg: dict[str, Any], workers: int, env: dict[str, str]) -> dict[str, Any]:
     helpers, body = notebook_cells()
-    script = (helpers + "\n\n\ndef train_loop_per_worker(config):\n" + textwrap.indent(body, "    ") + "\n\n"
-              "if __name__ == '__main__':\n"
-              "    import json, sys\n    import torch.distributed as dist\n"
-              "    cfg = json.loads(sys.argv[1])\n"
-              "    dist.init_process_group('nccl' if cfg['gpu'] else 'gloo')\n"
-              "    train_loop_per_worker(cfg)\n    dist.destroy_process_group()\n")
+    script = (
+        helpers + "\n\n\ndef train_loop_per_worker(config):\n" + textwrap.indent(body, "    ") + "\n\n"
+        "if __name__ == '__main__':\n"
+        "    import json, sys\n    import torch.distributed as dist\n"
+        "    cfg = json.loads(sys.argv[1])\n"
+        "    dist.init_process_group('nccl' if cfg['gpu'] else 'gloo')\n"
+        "    train_loop_per_worker(cfg)\n    dist.destroy_process_group()\n"
+    )
     path = Path(tempfile.mkdtemp()) / "qwen_torchrun.py"
     path.write_text(script)
     t0 = time.time()
     full_env = {**os.environ, "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", **env}
-    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={workers}",
-                    str(path), json.dumps(cfg)], env=full_env, check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={workers}",
+            str(path),
+            json.dumps(cfg),
+        ],
+        env=full_env,
+        check=True,
+    )
     return {"call_to_end_s": time.time() - t0}
 
 
@@ -113,14 +129,32 @@ def main() -> None:
 
     gpu = torch.cuda.is_available() and not args.tiny
     timing = Path(tempfile.mkdtemp()) / "timing.json"
-    cfg = {"gpu": gpu, "model_id": "Qwen/Qwen2.5-1.5B", "pretrained": False, "tiny": args.tiny, "dataset": None,
-           "seq_len": args.seq, "batch": args.batch, "steps": args.steps, "warmup": args.warmup, "lr": 2e-5,
-           "compile": not args.no_compile, "output_dir": None, "timing_file": str(timing)}
+    cfg = {
+        "gpu": gpu,
+        "model_id": "Qwen/Qwen2.5-1.5B",
+        "pretrained": False,
+        "tiny": args.tiny,
+        "dataset": None,
+        "seq_len": args.seq,
+        "batch": args.batch,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "lr": 2e-5,
+        "compile": not args.no_compile,
+        "output_dir": None,
+        "timing_file": str(timing),
+    }
     extra = run_raynb(cfg, args.workers, env) if args.mode == "raynb" else run_torchrun(cfg, args.workers, env)
     t = json.loads(timing.read_text())
-    out: dict[str, Any] = {"label": args.label, "mode": args.mode, "workers": args.workers, "env": env,
-                           "config": {k: cfg[k] for k in ("seq_len", "batch", "steps", "warmup", "compile", "tiny")},
-                           **t, **extra}
+    out: dict[str, Any] = {
+        "label": args.label,
+        "mode": args.mode,
+        "workers": args.workers,
+        "env": env,
+        "config": {k: cfg[k] for k in ("seq_len", "batch", "steps", "warmup", "compile", "tiny")},
+        **t,
+        **extra,
+    }
     if gpu:
         name = torch.cuda.get_device_name(0)
         peak = next((v for k, v in DENSE_BF16_PEAK.items() if k in name), None)
@@ -128,9 +162,14 @@ def main() -> None:
         flops_per_token = 6 * t["params"] + 12 * layers * hidden * args.seq
         per_gpu = t["tokens_per_s"] / args.workers
         mm = matmul_tflops()
-        out.update(gpu_name=name, tokens_per_s_per_gpu=per_gpu, flops_per_token=flops_per_token,
-                   mfu_vs_dense_peak=per_gpu * flops_per_token / peak if peak else None,
-                   measured_matmul_tflops=mm, mfu_vs_measured_matmul=per_gpu * flops_per_token / (mm * 1e12))
+        out.update(
+            gpu_name=name,
+            tokens_per_s_per_gpu=per_gpu,
+            flops_per_token=flops_per_token,
+            mfu_vs_dense_peak=per_gpu * flops_per_token / peak if peak else None,
+            measured_matmul_tflops=mm,
+            mfu_vs_measured_matmul=per_gpu * flops_per_token / (mm * 1e12),
+        )
     print("RESULT " + json.dumps(out))
 
 

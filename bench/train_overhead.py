@@ -21,9 +21,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import ray  # noqa: E402
+import ray
 
-import raynb  # noqa: E402
+import raynb
 
 WARMUP = 20
 
@@ -53,9 +53,15 @@ def train_fn(config: dict[str, Any]) -> None:
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    model = ray.train.torch.prepare_model(torch.nn.Sequential(
-        torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512), torch.nn.ReLU(),
-        torch.nn.Linear(512, 10)))
+    model = ray.train.torch.prepare_model(
+        torch.nn.Sequential(
+            torch.nn.Linear(256, 512),
+            torch.nn.ReLU(),
+            torch.nn.Linear(512, 512),
+            torch.nn.ReLU(),
+            torch.nn.Linear(512, 10),
+        )
+    )
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x, y = torch.randn(128, 256), torch.randint(0, 10, (128,))
     t_first = t_warm = 0.0
@@ -72,8 +78,11 @@ def train_fn(config: dict[str, Any]) -> None:
             t_warm = time.time()
     t_end = time.time()
     if ray.train.get_context().get_world_rank() == 0:
-        ray.get(ray.get_actor("bench-timings", namespace="raynb").put.remote(
-            {"t_first": t_first, "steps_per_s": (config["steps"] - config["warmup"]) / (t_end - t_warm)}))
+        ray.get(
+            ray.get_actor("bench-timings", namespace="raynb").put.remote(
+                {"t_first": t_first, "steps_per_s": (config["steps"] - config["warmup"]) / (t_end - t_warm)}
+            )
+        )
 
 
 def bare(steps: int) -> dict[str, float]:
@@ -81,9 +90,12 @@ def bare(steps: int) -> dict[str, float]:
     from ray.train.torch import TorchTrainer
 
     t0 = time.time()
-    TorchTrainer(train_fn, train_loop_config={"steps": steps, "warmup": WARMUP, "report": False},
-                 scaling_config=ScalingConfig(num_workers=2),
-                 run_config=RunConfig(name=f"bench-bare-{int(t0)}")).fit()
+    TorchTrainer(
+        train_fn,
+        train_loop_config={"steps": steps, "warmup": WARMUP, "report": False},
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(name=f"bench-bare-{int(t0)}"),
+    ).fit()
     return {"t0": t0}
 
 
@@ -92,8 +104,13 @@ REPORT = True
 
 def with_raynb(steps: int) -> dict[str, float]:
     t0 = time.time()
-    run = raynb.train(train_fn, workers=2, config={"steps": steps, "warmup": WARMUP, "report": REPORT},
-                      display=False, name=f"bench-raynb-{int(t0)}")
+    run = raynb.train(
+        train_fn,
+        workers=2,
+        config={"steps": steps, "warmup": WARMUP, "report": REPORT},
+        display=False,
+        name=f"bench-raynb-{int(t0)}",
+    )
     run.raise_for_status()
     return {"t0": t0}
 
@@ -113,21 +130,32 @@ def main() -> None:
         for mode, fn in (("bare", bare), ("raynb", with_raynb)):
             start = fn(args.steps)
             (row,) = ray.get(timings.take.remote())
-            rows[mode].append({"start_to_first_step_s": row["t_first"] - start["t0"],
-                               "steps_per_s": row["steps_per_s"]})
+            rows[mode].append(
+                {"start_to_first_step_s": row["t_first"] - start["t0"], "steps_per_s": row["steps_per_s"]}
+            )
 
     def med(mode: str, key: str) -> float:
         return statistics.median(r[key] for r in rows[mode])
 
     out = {
-        "ray": ray.__version__, "workers": 2, "raynb_reports_every_step": REPORT, "rounds": args.rounds, "steps": args.steps, "raw": rows,
-        "start_to_first_step_s": {"bare": med("bare", "start_to_first_step_s"),
-                                  "raynb": med("raynb", "start_to_first_step_s"),
-                                  "raynb_minus_bare": med("raynb", "start_to_first_step_s")
-                                  - med("bare", "start_to_first_step_s"), "target_max_extra_s": 1.0},
-        "steps_per_s": {"bare": med("bare", "steps_per_s"), "raynb": med("raynb", "steps_per_s"),
-                        "ratio_raynb_over_bare": med("raynb", "steps_per_s") / med("bare", "steps_per_s"),
-                        "target_min_ratio": 0.98},
+        "ray": ray.__version__,
+        "workers": 2,
+        "raynb_reports_every_step": REPORT,
+        "rounds": args.rounds,
+        "steps": args.steps,
+        "raw": rows,
+        "start_to_first_step_s": {
+            "bare": med("bare", "start_to_first_step_s"),
+            "raynb": med("raynb", "start_to_first_step_s"),
+            "raynb_minus_bare": med("raynb", "start_to_first_step_s") - med("bare", "start_to_first_step_s"),
+            "target_max_extra_s": 1.0,
+        },
+        "steps_per_s": {
+            "bare": med("bare", "steps_per_s"),
+            "raynb": med("raynb", "steps_per_s"),
+            "ratio_raynb_over_bare": med("raynb", "steps_per_s") / med("bare", "steps_per_s"),
+            "target_min_ratio": 0.98,
+        },
     }
     print(json.dumps(out, indent=1))
 

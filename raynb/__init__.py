@@ -42,23 +42,58 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 __all__ = [
     # clusters
-    "up", "down", "current", "clusters", "Cluster", "ClusterStatus",
+    "up",
+    "down",
+    "current",
+    "clusters",
+    "Cluster",
+    "ClusterStatus",
     # runs
-    "train", "report", "Run", "RunError", "Settings", "TCP_ENV",
+    "train",
+    "report",
+    "Run",
+    "RunError",
+    "Settings",
+    "TCP_ENV",
     # checks
-    "doctor", "Checklist", "bench", "ProbeResult",
+    "doctor",
+    "Checklist",
+    "bench",
+    "ProbeResult",
     # errors
-    "RaynbError", "UsageError", "NotConnectedError", "ClusterStartError", "ConnectError", "KubeError",
-    "ManifestError", "InsufficientResourcesError", "CellSyntaxError", "CaptureError", "TrainingFailedError",
+    "RaynbError",
+    "UsageError",
+    "NotConnectedError",
+    "ClusterStartError",
+    "ConnectError",
+    "KubeError",
+    "ManifestError",
+    "InsufficientResourcesError",
+    "CellSyntaxError",
+    "CaptureError",
+    "TrainingFailedError",
     "RunAborted",
     # IPython
-    "load_ipython_extension", "unload_ipython_extension", "__version__",
+    "load_ipython_extension",
+    "unload_ipython_extension",
+    "__version__",
 ]
 
 _LAZY = {
-    "up": "_cluster", "down": "_cluster", "current": "_cluster", "clusters": "_cluster", "Cluster": "_cluster",
-    "ClusterStatus": "_cluster", "train": "_train", "Run": "_run", "RunError": "_run_error", "Settings": "_settings",
-    "doctor": "_doctor", "Checklist": "_checks", "bench": "_probe", "ProbeResult": "_probe",
+    "up": "_cluster",
+    "down": "_cluster",
+    "current": "_cluster",
+    "clusters": "_cluster",
+    "Cluster": "_cluster",
+    "ClusterStatus": "_cluster",
+    "train": "_train",
+    "Run": "_run",
+    "RunError": "_run_error",
+    "Settings": "_settings",
+    "doctor": "_doctor",
+    "Checklist": "_checks",
+    "bench": "_probe",
+    "ProbeResult": "_probe",
 }
 
 

@@ -28,10 +28,16 @@ class BackendChecks:
 
 
 class Backend(Protocol):
-    kind: BackendKind
-    name: str
-    #: doctor checks /dev/shm where the head runs (the embedded head: this machine's, shared with the workers)
-    head_shm_matters: bool
+    @property
+    def kind(self) -> BackendKind: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def head_shm_matters(self) -> bool:
+        """doctor checks /dev/shm where the head runs (the embedded head: this machine's, shared with the workers)."""
+        ...
 
     def reach(self, say: Say) -> tuple[str, str | None]:
         """The Ray Client address and dashboard URL to connect to (opening port-forwards, checking versions)."""

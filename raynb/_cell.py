@@ -2,7 +2,8 @@
 
 The cell body becomes ``def train_loop_per_worker(config): <cell>`` without shifting line numbers: the body is parsed
 on its own and wrapped in a FunctionDef node, so a traceback's line N is the cell's line N as the notebook shows it
-(line 1 being the ``%%raytrain`` line). Nothing here runs the cell.
+(line 1 being the ``%%raytrain`` line). :func:`serialize` pickles the function with the notebook globals it uses and,
+when one cannot travel, names it. Nothing here runs the cell.
 """
 
 from __future__ import annotations
@@ -22,8 +23,6 @@ from .errors import CaptureError, CellSyntaxError
 __all__ = ["compile_cell", "serialize", "modules_beside", "FUNCTION_NAME"]
 
 FUNCTION_NAME = "train_loop_per_worker"
-#: Captured state above this size is shipped, but the user is told where the bytes come from.
-LARGE_PAYLOAD_BYTES = 64 * 2**20
 
 
 def compile_cell(
@@ -42,10 +41,25 @@ def compile_cell(
     except SyntaxError as e:
         raise _syntax_error(e, source, first_line) from None
     ast.increment_lineno(tree, first_line - 1)
-    args = ast.arguments(posonlyargs=[], args=[ast.arg(arg="config")], vararg=None, kwonlyargs=[],
-                         kw_defaults=[], kwarg=None, defaults=[])
-    fdef = ast.FunctionDef(name=FUNCTION_NAME, args=args, body=tree.body or [ast.Pass()], decorator_list=[],
-                           returns=None, type_comment=None, lineno=max(first_line - 1, 1), col_offset=0)
+    args = ast.arguments(
+        posonlyargs=[],
+        args=[ast.arg(arg="config")],
+        vararg=None,
+        kwonlyargs=[],
+        kw_defaults=[],
+        kwarg=None,
+        defaults=[],
+    )
+    fdef = ast.FunctionDef(
+        name=FUNCTION_NAME,
+        args=args,
+        body=tree.body or [ast.Pass()],
+        decorator_list=[],
+        returns=None,
+        type_comment=None,
+        lineno=max(first_line - 1, 1),
+        col_offset=0,
+    )
     if sys.version_info >= (3, 12):
         fdef.type_params = []
     module = ast.Module(body=[fdef], type_ignores=[])
@@ -93,7 +107,9 @@ def _referenced_names(code: types.CodeType) -> set[str]:
 def serialize(fn: Callable[..., Any], pickler: Any = None) -> bytes:
     """Pickle ``fn`` by value with what it captures; on failure name each global that cannot travel."""
     if pickler is None:
-        from ray import cloudpickle as pickler
+        from ray import cloudpickle
+
+        pickler = cloudpickle
     try:
         return pickler.dumps(fn)
     except Exception as whole:  # noqa: BLE001 - any pickling failure is reported by name below
@@ -119,8 +135,11 @@ def serialize(fn: Callable[..., Any], pickler: Any = None) -> bytes:
 
 
 def _stdlib_and_site_roots() -> list[Path]:
-    roots = {Path(p).resolve() for key in ("stdlib", "platstdlib", "purelib", "platlib")
-             if (p := sysconfig.get_paths().get(key))}
+    roots = {
+        Path(p).resolve()
+        for key in ("stdlib", "platstdlib", "purelib", "platlib")
+        if (p := sysconfig.get_paths().get(key))
+    }
     roots |= {Path(p).resolve() for p in sys.path if "site-packages" in p or "dist-packages" in p}
     roots.add(Path(sys.prefix).resolve())
     return sorted(roots)

@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-__all__ = ["Check", "Checklist", "CheckState", "MARK"]
+from .display.tables import STATE_MARK as MARK
+from .display.tables import checklist_html
+
+__all__ = ["Check", "Checklist", "CheckState"]
 
 CheckState = Literal["ok", "warn", "fail", "n/a"]
-MARK: dict[str, str] = {"ok": "✓", "warn": "!", "fail": "✗", "n/a": "–"}
 
 
 @dataclass
@@ -34,6 +36,4 @@ class Checklist:
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
-        from .display.tables import checklist_html
-
         return checklist_html(self)

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from . import _embedded, _kubernetes, _session
 from . import _embedded_head as head_proc
-from ._current import clear_current, current, resolve_settings, set_current
 from ._current import at_exit as _at_exit
+from ._current import clear_current, current, resolve_settings, set_current
 from ._launcher import prewarm
 from ._settings import Settings
 from ._worker_env import job_env
@@ -99,8 +99,16 @@ class Cluster:
         return self.backend.name
 
     @classmethod
-    def from_name(cls, name: str = "local", *, namespace: str | None = None, context: str | None = None,
-                  kubeconfig: str | None = None, connect: bool = True, progress: Say | None = None) -> Cluster:
+    def from_name(
+        cls,
+        name: str = "local",
+        *,
+        namespace: str | None = None,
+        context: str | None = None,
+        kubeconfig: str | None = None,
+        connect: bool = True,
+        progress: Say | None = None,
+    ) -> Cluster:
         """Re-attach to a running cluster by name, e.g. after a kernel restart.
 
         ``"local"`` is the embedded head; any other name is a RayCluster in ``namespace`` (default: NAMESPACE of the
@@ -122,9 +130,13 @@ class Cluster:
     def connect(self, progress: Say | None = None) -> Cluster:
         say = progress or (lambda _m: None)
         self.address, self.dashboard_url = self.backend.reach(say)
-        _session.connect(self.address, dashboard_url=self.dashboard_url,
-                         runtime_env={"env_vars": job_env(), **self.backend.runtime_env()},
-                         timeout=self.settings.connect_timeout_s, progress=progress)
+        _session.connect(
+            self.address,
+            dashboard_url=self.dashboard_url,
+            runtime_env={"env_vars": job_env(), **self.backend.runtime_env()},
+            timeout=self.settings.connect_timeout_s,
+            progress=progress,
+        )
         prewarm(self.settings)  # the first %%raytrain then starts as fast as a bare fit()
         return self
 
@@ -143,12 +155,27 @@ class Cluster:
         nodes = []
         for n in ray.nodes():
             res = n.get("Resources", {})
-            nodes.append(NodeInfo(
-                node_id=n.get("NodeID", ""), address=n.get("NodeManagerAddress", ""), alive=bool(n.get("Alive")),
-                is_head=bool(res.get("node:__internal_head__")), cpus=res.get("CPU", 0.0), gpus=res.get("GPU", 0.0),
-                memory_gb=res.get("memory", 0.0) / 2**30))
-        return ClusterStatus(self.name, self.kind, self.address, self.dashboard_url, nodes,
-                             dict(ray.cluster_resources()), dict(ray.available_resources()), kube=kube_st)
+            nodes.append(
+                NodeInfo(
+                    node_id=n.get("NodeID", ""),
+                    address=n.get("NodeManagerAddress", ""),
+                    alive=bool(n.get("Alive")),
+                    is_head=bool(res.get("node:__internal_head__")),
+                    cpus=res.get("CPU", 0.0),
+                    gpus=res.get("GPU", 0.0),
+                    memory_gb=res.get("memory", 0.0) / 2**30,
+                )
+            )
+        return ClusterStatus(
+            self.name,
+            self.kind,
+            self.address,
+            self.dashboard_url,
+            nodes,
+            dict(ray.cluster_resources()),
+            dict(ray.available_resources()),
+            kube=kube_st,
+        )
 
     def logs(self, which: str = "head", *, tail: int = 200) -> str:
         """The container log of the head (``"head"``), a worker (``"worker-0"``, ...) or a pod, last ``tail`` lines.
@@ -214,7 +241,7 @@ def up(
     local: bool | None = None,
     *,
     values: str | Mapping[str, str] | None = None,
-    set: Mapping[str, Any] | None = None,  # the name the magic's --set maps to  # noqa: A002
+    set: Mapping[str, Any] | None = None,  # the name the magic's --set maps to
     context: str | None = None,
     namespace: str | None = None,
     kubeconfig: str | None = None,
@@ -237,21 +264,27 @@ def up(
     its head to 127.0.0.1 and connects. Re-running with the same spec reuses the cluster; a different spec is reported
     (``recreate=True`` replaces it).
     """
-    kube_args = values is not None or set is not None or context is not None or namespace is not None \
-        or kubeconfig is not None
+    kube_args = (
+        values is not None or set is not None or context is not None or namespace is not None or kubeconfig is not None
+    )
     if local and kube_args:
-        raise UsageError("up(local=True) starts the embedded cluster; values/set/context/namespace/kubeconfig are for "
-                         "Kubernetes.", fix="drop local=True to create the RayCluster on Kubernetes")
+        raise UsageError(
+            "up(local=True) starts the embedded cluster; values/set/context/namespace/kubeconfig are for Kubernetes.",
+            fix="drop local=True to create the RayCluster on Kubernetes",
+        )
     say = progress or print
     backend: Backend
     if local is False or kube_args:
-        settings = settings or resolve_settings({"kube_start_timeout_s": timeout, "kube_context": context,
-                                                 "kube_namespace": namespace})
-        backend = _kubernetes.up(values, set or {}, kubeconfig=kubeconfig, recreate=recreate, connect=connect,
-                                 settings=settings, say=say)
+        settings = settings or resolve_settings(
+            {"kube_start_timeout_s": timeout, "kube_context": context, "kube_namespace": namespace}
+        )
+        backend = _kubernetes.up(
+            values, set or {}, kubeconfig=kubeconfig, recreate=recreate, connect=connect, settings=settings, say=say
+        )
     else:
-        settings = settings or resolve_settings({"local_num_cpus": num_cpus, "local_num_gpus": num_gpus,
-                                                 "start_timeout_s": timeout})
+        settings = settings or resolve_settings(
+            {"local_num_cpus": num_cpus, "local_num_gpus": num_gpus, "start_timeout_s": timeout}
+        )
         backend = _embedded.up(settings, say)
     c = Cluster(backend, settings=settings)
     _make_current(c)
@@ -260,27 +293,50 @@ def up(
     return c
 
 
-def clusters(*, namespace: str | None = None, context: str | None = None,
-             kubeconfig: str | None = None) -> list[dict[str, str]]:
+def clusters(
+    *, namespace: str | None = None, context: str | None = None, kubeconfig: str | None = None
+) -> list[dict[str, str]]:
     """The clusters this kernel could use: the embedded head if it runs, and the RayClusters of ``namespace`` (all
     namespaces when None) in the kubeconfig's ``context`` (a row saying why, when Kubernetes cannot be asked)."""
     rows: list[dict[str, str]] = []
     head = head_proc.find_head()
     if head is not None:
-        rows.append({"name": "local", "namespace": "-", "kind": "local", "state": "running",
-                     "address": head.client_address, "image": "-"})
+        rows.append(
+            {
+                "name": "local",
+                "namespace": "-",
+                "kind": "local",
+                "state": "running",
+                "address": head.client_address,
+                "image": "-",
+            }
+        )
     try:
         rows += _kubernetes.rows(namespace=namespace, context=context, kubeconfig=kubeconfig)
     except KubeError as e:
         if head is None:
             raise
-        rows.append({"name": "(kubernetes)", "namespace": "-", "kind": "kubernetes", "state": e.what,
-                     "address": "-", "image": "-"})
+        rows.append(
+            {
+                "name": "(kubernetes)",
+                "namespace": "-",
+                "kind": "kubernetes",
+                "state": e.what,
+                "address": "-",
+                "image": "-",
+            }
+        )
     return rows
 
 
-def down(name: str | None = None, *, namespace: str | None = None, context: str | None = None,
-         kubeconfig: str | None = None, progress: Say | None = None) -> bool:
+def down(
+    name: str | None = None,
+    *,
+    namespace: str | None = None,
+    context: str | None = None,
+    kubeconfig: str | None = None,
+    progress: Say | None = None,
+) -> bool:
     """Stop the current cluster (or the embedded head if this kernel is not connected). True if one was stopped.
 
     ``down("ray-train-cluster", namespace="ray-train")`` deletes that RayCluster even when this kernel is not

@@ -50,12 +50,11 @@ def _run_exit_hooks() -> None:
     for hook in _exit_hooks:
         try:
             hook()
-        except Exception:  # noqa: BLE001, S110 - the kernel is going away; nothing to tell anyone
+        except Exception:  # noqa: BLE001 - the kernel is going away; nothing to tell anyone
             pass
 
 
-def resolve_settings(flags: Mapping[str, Any] | None = None,
-                     magic_config: Mapping[str, Any] | None = None) -> Settings:
+def resolve_settings(flags: Mapping[str, Any] | None = None, magic_config: Mapping[str, Any] | None = None) -> Settings:
     """The settings of a call: the current cluster's values file is the 'values file' layer (e.g. STRICT_EFA,
     STORAGE_PATH). Every API call and magic resolves its settings through here."""
     values = _current.backend.values_layer() if _current is not None else None

@@ -33,8 +33,13 @@ def _node_facts() -> dict[str, Any]:
     from ._embedded_head import count_gpus
 
     shm = shutil.disk_usage("/dev/shm").total if os.path.isdir("/dev/shm") else 0
-    return {"ray": ray.__version__, "python": platform.python_version(), "shm_bytes": shm, "gpus_seen": count_gpus(respect_visible=False),
-            "host": platform.node()}
+    return {
+        "ray": ray.__version__,
+        "python": platform.python_version(),
+        "shm_bytes": shm,
+        "gpus_seen": count_gpus(respect_visible=False),
+        "host": platform.node(),
+    }
 
 
 def doctor() -> Checklist:
@@ -62,30 +67,60 @@ def _ray_checks(cl: Cluster) -> list[Check]:
     facts = ray.get(ray.remote(num_cpus=0)(_node_facts).remote())
     here_py = ".".join(map(str, sys.version_info[:3]))
     same = facts["ray"] == ray.__version__ and facts["python"].rsplit(".", 1)[0] == here_py.rsplit(".", 1)[0]
-    out.append(Check(
-        "Ray and Python versions", "ok" if same else "fail",
-        f"notebook Ray {ray.__version__} / Python {here_py}; cluster Ray {facts['ray']} / Python {facts['python']}",
-        "" if same else f'pip install "ray[client,train,default]=={facts["ray"]}" in a Python '
-                        f'{facts["python"].rsplit(".", 1)[0]} kernel'))
+    out.append(
+        Check(
+            "Ray and Python versions",
+            "ok" if same else "fail",
+            f"notebook Ray {ray.__version__} / Python {here_py}; cluster Ray {facts['ray']} / Python {facts['python']}",
+            ""
+            if same
+            else f'pip install "ray[client,train,default]=={facts["ray"]}" in a Python '
+            f'{facts["python"].rsplit(".", 1)[0]} kernel',
+        )
+    )
     dash_ok = dashboard_get(cl.dashboard_url, "/api/version", timeout=5) is not None
-    out.append(Check("Ray dashboard", "ok" if dash_ok else "warn",
-                     cl.dashboard_url or "the head runs without a dashboard",
-                     "" if dash_ok else 'install "ray[default]" where the head runs (and do not start it with '
-                     "--no-dashboard / RAYNB_LOCAL_DASHBOARD=0)"))
+    out.append(
+        Check(
+            "Ray dashboard",
+            "ok" if dash_ok else "warn",
+            cl.dashboard_url or "the head runs without a dashboard",
+            ""
+            if dash_ok
+            else 'install "ray[default]" where the head runs (and do not start it with '
+            "--no-dashboard / RAYNB_LOCAL_DASHBOARD=0)",
+        )
+    )
     cluster_gpus = int(ray.cluster_resources().get("GPU", 0))
     if facts["gpus_seen"] and cluster_gpus < facts["gpus_seen"]:
-        out.append(Check("GPUs", "warn", f"the machine has {facts['gpus_seen']} GPUs, the cluster offers "
-                         f"{cluster_gpus}", "restart with %raycluster up --local --num-gpus "
-                         f"{facts['gpus_seen']}"))
+        out.append(
+            Check(
+                "GPUs",
+                "warn",
+                f"the machine has {facts['gpus_seen']} GPUs, the cluster offers {cluster_gpus}",
+                f"restart with %raycluster up --local --num-gpus {facts['gpus_seen']}",
+            )
+        )
     else:
-        out.append(Check("GPUs", "ok", f"cluster offers {cluster_gpus} GPUs "
-                         f"(nvidia-smi on {facts['host']} sees {facts['gpus_seen']})"))
+        out.append(
+            Check(
+                "GPUs",
+                "ok",
+                f"cluster offers {cluster_gpus} GPUs (nvidia-smi on {facts['host']} sees {facts['gpus_seen']})",
+            )
+        )
     if cl.backend.head_shm_matters:  # on Kubernetes the pod spec's /dev/shm volume is checked instead
         shm_gb = facts["shm_bytes"] / 2**30
-        out.append(Check("/dev/shm", "ok" if shm_gb >= 1 else "warn", f"{shm_gb:.1f} GiB on {facts['host']}",
-                         "" if shm_gb >= 1 else "mount a memory-backed /dev/shm (emptyDir medium: Memory) of a "
-                         "few GiB: NCCL SHM and Ray's object store use it"))
+        out.append(
+            Check(
+                "/dev/shm",
+                "ok" if shm_gb >= 1 else "warn",
+                f"{shm_gb:.1f} GiB on {facts['host']}",
+                ""
+                if shm_gb >= 1
+                else "mount a memory-backed /dev/shm (emptyDir medium: Memory) of a "
+                "few GiB: NCCL SHM and Ray's object store use it",
+            )
+        )
     nvls = WORKER_ENV_DEFAULTS.get("NCCL_NVLS_ENABLE")
-    out.append(Check("NVLink multicast off for workers", "ok" if nvls == "0" else "warn",
-                     f"NCCL_NVLS_ENABLE={nvls}"))
+    out.append(Check("NVLink multicast off for workers", "ok" if nvls == "0" else "warn", f"NCCL_NVLS_ENABLE={nvls}"))
     return out

@@ -14,8 +14,13 @@ from .errors import NotConnectedError, UsageError
 
 __all__ = ["EmbeddedBackend", "up", "attach"]
 
-_KUBE_ONLY = ("EFA requested by worker pods", "GPU nodes advertise EFA and GPUs", "EFA and NVIDIA device plugins ready",
-              "GPU nodes in one availability zone", "NCCL/EFA variables on workers")
+_KUBE_ONLY = (
+    "EFA requested by worker pods",
+    "GPU nodes advertise EFA and GPUs",
+    "EFA and NVIDIA device plugins ready",
+    "GPU nodes in one availability zone",
+    "NCCL/EFA variables on workers",
+)
 
 
 @dataclass
@@ -35,8 +40,10 @@ class EmbeddedBackend:
         return None
 
     def logs(self, which: str, tail: int) -> str:
-        raise UsageError("Container logs exist for Kubernetes clusters only.",
-                         fix=f"the embedded cluster's Ray logs are files in {self.head.temp_dir}/session_latest/logs")
+        raise UsageError(
+            "Container logs exist for Kubernetes clusters only.",
+            fix=f"the embedded cluster's Ray logs are files in {self.head.temp_dir}/session_latest/logs",
+        )
 
     def down(self, say: Say) -> None:
         head_proc.stop_head(self.head)
@@ -50,8 +57,9 @@ class EmbeddedBackend:
         head_proc.remove_owner()
 
     def doctor_checks(self) -> BackendChecks:
-        return BackendChecks([Check(name, "n/a", "applies to Kubernetes clusters; this is the embedded cluster")
-                              for name in _KUBE_ONLY])
+        return BackendChecks(
+            [Check(name, "n/a", "applies to Kubernetes clusters; this is the embedded cluster") for name in _KUBE_ONLY]
+        )
 
     def efa_expected(self) -> tuple[bool, bool | None]:
         return False, None
@@ -62,8 +70,13 @@ class EmbeddedBackend:
 
 def up(settings: Settings, say: Say) -> EmbeddedBackend:
     """Start the embedded head, or reuse the one running for this user."""
-    head = head_proc.start_head(num_cpus=settings.local_num_cpus, num_gpus=settings.local_num_gpus,
-                                timeout=settings.start_timeout_s, progress=say, dashboard=settings.local_dashboard)
+    head = head_proc.start_head(
+        num_cpus=settings.local_num_cpus,
+        num_gpus=settings.local_num_gpus,
+        timeout=settings.start_timeout_s,
+        progress=say,
+        dashboard=settings.local_dashboard,
+    )
     if head.reused:
         say(f"reusing the embedded Ray head at {head.client_address}")
     return EmbeddedBackend(head)

@@ -5,6 +5,9 @@ One head per machine user lives in ``$RAYNB_HOME/local`` (default ``~/.raynb/loc
 the kernels that use the head (``owners/<pid>`` files). When the last owner is gone -- closed, crashed or killed --
 or ``down`` removes ``head.json``, the supervisor ends the whole process group. Nothing here talks to Ray's Python
 API; the kernel connects through Ray Client like it would to a remote cluster.
+
+Why this module is long: the kernel side (start, reuse, stop) and the supervisor share one on-disk protocol
+(lock, ``head.json``, ``owners/``); keeping both halves together keeps that protocol in one file.
 """
 
 from __future__ import annotations
@@ -30,8 +33,15 @@ __all__ = ["LocalHead", "find_head", "start_head", "stop_head", "state_dir"]
 
 HOST = "127.0.0.1"
 _PORT_NAMES = (
-    "gcs_port", "client_port", "dashboard_port", "agent_listen_port", "agent_grpc_port", "runtime_env_agent_port",
-    "metrics_export_port", "node_manager_port", "object_manager_port",
+    "gcs_port",
+    "client_port",
+    "dashboard_port",
+    "agent_listen_port",
+    "agent_grpc_port",
+    "runtime_env_agent_port",
+    "metrics_export_port",
+    "node_manager_port",
+    "object_manager_port",
 )
 
 
@@ -89,10 +99,9 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     # a zombie child still answers kill(0); treat it as gone
-    with contextlib.suppress(OSError):
-        with open(f"/proc/{pid}/stat") as f:
-            if f.read().split(") ")[-1].startswith("Z"):
-                return False
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/stat") as f:
+        if f.read().split(") ")[-1].startswith("Z"):
+            return False
     return True
 
 
@@ -172,14 +181,26 @@ def _ray_executable() -> list[str]:
 def _ray_start_command(head: LocalHead) -> list[str]:
     p = head.ports
     return [
-        *_ray_executable(), "start", "--head", "--block", "--disable-usage-stats",
-        f"--node-ip-address={HOST}", f"--port={p['gcs_port']}", f"--ray-client-server-port={p['client_port']}",
-        f"--include-dashboard={'true' if head.dashboard else 'false'}", f"--dashboard-host={HOST}",
+        *_ray_executable(),
+        "start",
+        "--head",
+        "--block",
+        "--disable-usage-stats",
+        f"--node-ip-address={HOST}",
+        f"--port={p['gcs_port']}",
+        f"--ray-client-server-port={p['client_port']}",
+        f"--include-dashboard={'true' if head.dashboard else 'false'}",
+        f"--dashboard-host={HOST}",
         f"--dashboard-port={p['dashboard_port']}",
-        f"--dashboard-agent-listen-port={p['agent_listen_port']}", f"--dashboard-agent-grpc-port={p['agent_grpc_port']}",
-        f"--runtime-env-agent-port={p['runtime_env_agent_port']}", f"--metrics-export-port={p['metrics_export_port']}",
-        f"--node-manager-port={p['node_manager_port']}", f"--object-manager-port={p['object_manager_port']}",
-        f"--num-cpus={head.num_cpus}", f"--num-gpus={head.num_gpus}", f"--temp-dir={head.temp_dir}",
+        f"--dashboard-agent-listen-port={p['agent_listen_port']}",
+        f"--dashboard-agent-grpc-port={p['agent_grpc_port']}",
+        f"--runtime-env-agent-port={p['runtime_env_agent_port']}",
+        f"--metrics-export-port={p['metrics_export_port']}",
+        f"--node-manager-port={p['node_manager_port']}",
+        f"--object-manager-port={p['object_manager_port']}",
+        f"--num-cpus={head.num_cpus}",
+        f"--num-gpus={head.num_gpus}",
+        f"--temp-dir={head.temp_dir}",
     ]
 
 
@@ -227,7 +248,7 @@ def start_head(
             temp_dir=temp_dir,
             num_cpus=num_cpus if num_cpus is not None else (os.cpu_count() or 1),
             num_gpus=num_gpus if num_gpus is not None else count_gpus(),
-            # Pin the auth mode so head and client always agree, whatever ~/.ray holds (ray-behaviour.md).
+            # Pin the auth mode so head and client always agree, whatever ~/.ray holds (a token file there flips Ray 2.58 into token mode).
             auth_mode=os.environ.get("RAY_AUTH_MODE", "disabled"),
             ray_version=version("ray"),
             python=".".join(map(str, sys.version_info[:2])),
@@ -236,13 +257,18 @@ def start_head(
         )
         add_owner()
         spec = d / "spec.json"
-        spec.write_text(json.dumps({"command": _ray_start_command(head), "auth_mode": head.auth_mode,
-                                    "temp_dir": head.temp_dir}))
+        spec.write_text(
+            json.dumps({"command": _ray_start_command(head), "auth_mode": head.auth_mode, "temp_dir": head.temp_dir})
+        )
         log = open(d / "head.log", "wb")  # noqa: SIM115 - handed to the child
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         proc = subprocess.Popen(
             [sys.executable, "-m", "raynb._embedded_head", "supervise", str(d)],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
         )
         log.close()
         head.supervisor_pid = proc.pid
@@ -325,9 +351,11 @@ def _pids_naming(temp_dir: str, pgid: int | None = None) -> list[int]:
             continue
         pid = int(entry.name)
         try:
-            if (pgid is not None and os.getpgid(pid) == pgid) or temp_dir.encode() in (entry / "cmdline").read_bytes():
-                if _pid_alive(pid):
-                    pids.append(pid)
+            ours = (pgid is not None and os.getpgid(pid) == pgid) or temp_dir.encode() in (
+                entry / "cmdline"
+            ).read_bytes()
+            if ours and _pid_alive(pid):
+                pids.append(pid)
         except (OSError, ProcessLookupError):
             continue
     return pids
@@ -346,6 +374,7 @@ def _kill_all(pids: list[int]) -> None:
 
 # --- the supervisor process -------------------------------------------------------------------------------------
 
+
 def _supervise(d: Path) -> int:
     spec = json.loads((d / "spec.json").read_text())
     stop = {"now": False}
@@ -357,8 +386,12 @@ def _supervise(d: Path) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a kernel interrupt must not reach the head
     # Ray turns 127.0.0.1 into the "remotely reachable" address unless it runs in its single-machine mode (the one
     # it uses on macOS): then every component, the Ray Client server included, stays on loopback.
-    env = {**os.environ, "RAY_AUTH_MODE": spec["auth_mode"], "RAY_USAGE_STATS_ENABLED": "0",
-           "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    env = {
+        **os.environ,
+        "RAY_AUTH_MODE": spec["auth_mode"],
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    }
     ray = subprocess.Popen(spec["command"], stdin=subprocess.DEVNULL, env=env)
     print(f"[raynb] supervisor {os.getpid()} started ray pid {ray.pid}", flush=True)
     ownerless = 0

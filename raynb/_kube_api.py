@@ -3,6 +3,9 @@
 Knows RayClusters, pods, nodes and events; knows nothing of Ray Train. Each API error is turned into a
 :class:`KubeError` that names what was refused and what to do (RBAC verb and resource, missing CRD, missing namespace,
 unreachable API server, expired credentials).
+
+Why this module is long: it is the one place raynb talks to the Kubernetes API, and each call keeps its
+RBAC/404/CRD error wording beside it, so what a refusal tells the user can be read next to the call that got it.
 """
 
 from __future__ import annotations
@@ -15,22 +18,37 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import ClusterStartError, KubeError
-from ._kube_state import KubeStatus, RayClusterRef, node_row, pod_row, readiness
-from .manifest import head_image
+from ._kube_state import KubeStatus, RayClusterRef, conditions, node_row, pod_row, readiness
 from ._pod_diagnosis import Diagnosis, diagnose_pods, is_hopeless
+from .errors import ClusterStartError, KubeError
+from .manifest import head_image
 
-__all__ = ["Target", "connect_api", "ensure_crd", "apply_raycluster", "get_raycluster", "wait_ready",
-           "delete_raycluster", "list_rayclusters", "head_pod_name", "pods", "nodes", "daemonsets", "pod_logs",
-           "kube_status", "FIELD_MANAGER"]
+__all__ = [
+    "Target",
+    "connect_api",
+    "ensure_crd",
+    "apply_raycluster",
+    "get_raycluster",
+    "wait_ready",
+    "delete_raycluster",
+    "list_rayclusters",
+    "head_pod_name",
+    "pods",
+    "nodes",
+    "daemonsets",
+    "pod_logs",
+    "kube_status",
+    "FIELD_MANAGER",
+]
 
 GROUP, VERSION, PLURAL = "ray.io", "v1", "rayclusters"
 FIELD_MANAGER = "raynb"
-OPERATOR_INSTALL = ("helm repo add kuberay https://ray-project.github.io/kuberay-helm/ && helm install kuberay-operator "
-                    "kuberay/kuberay-operator --version 1.4.0 -n kuberay-operator --create-namespace")
+OPERATOR_INSTALL = (
+    "helm repo add kuberay https://ray-project.github.io/kuberay-helm/ && helm install kuberay-operator "
+    "kuberay/kuberay-operator --version 1.4.0 -n kuberay-operator --create-namespace"
+)
 #: Where a pod's service account credentials are mounted (Kubernetes' fixed path; tests point it elsewhere).
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
-
 
 
 @dataclass
@@ -56,17 +74,26 @@ def connect_api(*, context: str | None = None, kubeconfig: str | None = None) ->
         try:
             contexts, active = config.list_kube_config_contexts(config_file=path)
         except config.ConfigException as e:
-            raise KubeError(f"The kubeconfig {path} cannot be read: {e}",
-                            fix="regenerate it, e.g. `aws eks update-kubeconfig --name <cluster> --region <region>`") \
-                from None
+            raise KubeError(
+                f"The kubeconfig {path} cannot be read: {e}",
+                fix="regenerate it, e.g. `aws eks update-kubeconfig --name <cluster> --region <region>`",
+            ) from None
         names = [c["name"] for c in contexts]
         if context is not None and context not in names:
-            raise KubeError(f"The kubeconfig has no context {context!r}.", saw=f"contexts in {path}: "
-                            + (", ".join(names) or "none"), fix="pass one of those with --context")
+            raise KubeError(
+                f"The kubeconfig has no context {context!r}.",
+                saw=f"contexts in {path}: " + (", ".join(names) or "none"),
+                fix="pass one of those with --context",
+            )
         chosen = next(c for c in contexts if c["name"] == (context or active["name"]))
         api = config.new_client_from_config(config_file=path, context=chosen["name"])
-        return Target(api, api.configuration.host, chosen["name"], chosen["context"].get("user"),
-                      chosen["context"].get("namespace"))
+        return Target(
+            api,
+            api.configuration.host,
+            chosen["name"],
+            chosen["context"].get("user"),
+            chosen["context"].get("namespace"),
+        )
     if os.environ.get("KUBERNETES_SERVICE_HOST"):  # inside a pod (e.g. JupyterHub on the same EKS cluster)
         from kubernetes.config.incluster_config import InClusterConfigLoader
 
@@ -75,17 +102,22 @@ def connect_api(*, context: str | None = None, kubeconfig: str | None = None) ->
         try:
             InClusterConfigLoader(token_filename=str(sa / "token"), cert_filename=str(sa / "ca.crt")).load_and_set(cfg)
         except config.ConfigException as e:
-            raise KubeError("This kernel runs in a pod, but its service account credentials cannot be read.",
-                            saw=f"{e} (in {sa})", fix="mount a service account token (automountServiceAccountToken: "
-                            "true), or give a kubeconfig with --kubeconfig") from None
+            raise KubeError(
+                "This kernel runs in a pod, but its service account credentials cannot be read.",
+                saw=f"{e} (in {sa})",
+                fix="mount a service account token (automountServiceAccountToken: "
+                "true), or give a kubeconfig with --kubeconfig",
+            ) from None
         ns_file = sa / "namespace"
         ns = ns_file.read_text().strip() if ns_file.exists() else None
         return Target(client.ApiClient(cfg), cfg.host, None, f"the pod's service account (namespace {ns})", ns)
-    raise KubeError("No Kubernetes configuration found.",
-                    saw=f"no file at {path} (KUBECONFIG={os.environ.get('KUBECONFIG', '') or 'unset'}), and this "
-                    "kernel is not running inside a pod",
-                    fix="write a kubeconfig (`aws eks update-kubeconfig --name <cluster> --region <region>`), or pass "
-                    "--kubeconfig FILE; `%raycluster up --local` needs none")
+    raise KubeError(
+        "No Kubernetes configuration found.",
+        saw=f"no file at {path} (KUBECONFIG={os.environ.get('KUBECONFIG', '') or 'unset'}), and this "
+        "kernel is not running inside a pod",
+        fix="write a kubeconfig (`aws eks update-kubeconfig --name <cluster> --region <region>`), or pass "
+        "--kubeconfig FILE; `%raycluster up --local` needs none",
+    )
 
 
 def _status_of(e: Exception) -> int:
@@ -122,37 +154,57 @@ def api_call(target: Target, verb: str, resource: str, namespace: str | None) ->
                 f"lists everything raynb needs (kubectl apply -f manifests/rbac.yaml -n {namespace or 'NAMESPACE'})",
             ) from None
         if status == 401:
-            raise KubeError(f"The Kubernetes API at {target.server} rejected the credentials.", saw=msg,
-                            fix="refresh them (`aws eks update-kubeconfig ...`, or log in again), then rerun") \
-                from None
+            raise KubeError(
+                f"The Kubernetes API at {target.server} rejected the credentials.",
+                saw=msg,
+                fix="refresh them (`aws eks update-kubeconfig ...`, or log in again), then rerun",
+            ) from None
         if status == 404 and namespace and f'namespaces "{namespace}" not found' in msg:
-            raise KubeError(f"The namespace {namespace!r} does not exist.", saw=msg,
-                            fix=f"`kubectl create namespace {namespace}`, or pick another with --namespace / "
-                            "NAMESPACE=... in the values file") from None
-        if status == 404 and resource.endswith("ray.io") and ("the server could not find the requested resource"
-                                                              in msg or "404 page not found" in msg):
+            raise KubeError(
+                f"The namespace {namespace!r} does not exist.",
+                saw=msg,
+                fix=f"`kubectl create namespace {namespace}`, or pick another with --namespace / "
+                "NAMESPACE=... in the values file",
+            ) from None
+        if (
+            status == 404
+            and resource.endswith("ray.io")
+            and ("the server could not find the requested resource" in msg or "404 page not found" in msg)
+        ):
             raise _no_crd(target) from None
         if status == 400 and "no logs found" in msg:
-            raise KubeError("The container has not written any log yet.", saw=msg,
-                            fix="wait for it to start; `%raycluster status` shows the pod's phase") from None
+            raise KubeError(
+                "The container has not written any log yet.",
+                saw=msg,
+                fix="wait for it to start; `%raycluster status` shows the pod's phase",
+            ) from None
         if status == 0:
-            raise KubeError(f"Cannot reach the Kubernetes API server at {target.server}.", saw=msg,
-                            fix="check the network path (VPN, security groups) and the kubeconfig's server URL") \
-                from None
+            raise KubeError(
+                f"Cannot reach the Kubernetes API server at {target.server}.",
+                saw=msg,
+                fix="check the network path (VPN, security groups) and the kubeconfig's server URL",
+            ) from None
         if status == 404:
             raise  # "not found" of one object: the caller decides what that means
-        raise KubeError(f"Kubernetes refused to {verb} {resource}{where} (HTTP {status}).", saw=msg,
-                        fix="the message above is the API server's; `kubectl` with the same request shows the same"
-                        ) from None
+        raise KubeError(
+            f"Kubernetes refused to {verb} {resource}{where} (HTTP {status}).",
+            saw=msg,
+            fix="the message above is the API server's; `kubectl` with the same request shows the same",
+        ) from None
     except HTTPError as e:
-        raise KubeError(f"Cannot reach the Kubernetes API server at {target.server}.", saw=f"{type(e).__name__}: {e}",
-                        fix="check the network path (VPN, security groups) and the kubeconfig's server URL") from None
+        raise KubeError(
+            f"Cannot reach the Kubernetes API server at {target.server}.",
+            saw=f"{type(e).__name__}: {e}",
+            fix="check the network path (VPN, security groups) and the kubeconfig's server URL",
+        ) from None
 
 
 def _no_crd(target: Target) -> KubeError:
-    return KubeError("The KubeRay operator is not installed on this cluster: the RayCluster resource (ray.io/v1) is "
-                     "unknown.", saw=f"the API server at {target.server} serves no ray.io/v1 rayclusters",
-                     fix=f"install the operator (it brings the CRD): {OPERATOR_INSTALL}")
+    return KubeError(
+        "The KubeRay operator is not installed on this cluster: the RayCluster resource (ray.io/v1) is unknown.",
+        saw=f"the API server at {target.server} serves no ray.io/v1 rayclusters",
+        fix=f"install the operator (it brings the CRD): {OPERATOR_INSTALL}",
+    )
 
 
 def ensure_crd(target: Target) -> None:
@@ -187,8 +239,9 @@ def get_raycluster(target: Target, ref: RayClusterRef) -> dict[str, Any] | None:
 
     try:
         with api_call(target, "get", "rayclusters.ray.io", ref.namespace):
-            return _plain(target, _custom(target).get_namespaced_custom_object(GROUP, VERSION, ref.namespace, PLURAL,
-                                                                              ref.name))
+            return _plain(
+                target, _custom(target).get_namespaced_custom_object(GROUP, VERSION, ref.namespace, PLURAL, ref.name)
+            )
     except ApiException as e:
         if _status_of(e) == 404:
             return None
@@ -200,17 +253,26 @@ def apply_raycluster(target: Target, obj: Mapping[str, Any]) -> dict[str, Any]:
     md = obj["metadata"]
     with api_call(target, "patch", "rayclusters.ray.io", md["namespace"]):
         out = _custom(target).patch_namespaced_custom_object(
-            GROUP, VERSION, md["namespace"], PLURAL, md["name"], dict(obj), field_manager=FIELD_MANAGER,
-            force=True, _content_type="application/apply-patch+yaml")
+            GROUP,
+            VERSION,
+            md["namespace"],
+            PLURAL,
+            md["name"],
+            dict(obj),
+            field_manager=FIELD_MANAGER,
+            force=True,
+            _content_type="application/apply-patch+yaml",
+        )
     return _plain(target, out)
 
 
 def pods(target: Target, ref: RayClusterRef) -> list[dict[str, Any]]:
     with api_call(target, "list", "pods", ref.namespace):
         items = _core(target).list_namespaced_pod(ref.namespace, label_selector=f"ray.io/cluster={ref.name}").items
-    return sorted((_plain(target, p) for p in items),
-                  key=lambda p: (p["metadata"].get("labels", {}).get("ray.io/node-type") != "head",
-                                 p["metadata"]["name"]))
+    return sorted(
+        (_plain(target, p) for p in items),
+        key=lambda p: (p["metadata"].get("labels", {}).get("ray.io/node-type") != "head", p["metadata"]["name"]),
+    )
 
 
 def _events_by_pod(target: Target, namespace: str) -> dict[str, list[dict[str, Any]]]:
@@ -231,8 +293,9 @@ def diagnose(target: Target, ref: RayClusterRef) -> list[Diagnosis]:
     return diagnose_pods(pods(target, ref), _events_by_pod(target, ref.namespace))
 
 
-def wait_ready(target: Target, ref: RayClusterRef, *, timeout: float,
-               progress: Callable[[str], None] = print, poll: float = 1.0) -> dict[str, Any]:
+def wait_ready(
+    target: Target, ref: RayClusterRef, *, timeout: float, progress: Callable[[str], None] = print, poll: float = 1.0
+) -> dict[str, Any]:
     """Wait until the head and every worker are ready; explain pending pods as it goes; never wait forever."""
     t0 = time.monotonic()
     last_line, said, diags = "", set(), []
@@ -240,14 +303,18 @@ def wait_ready(target: Target, ref: RayClusterRef, *, timeout: float,
     while True:
         rc = get_raycluster(target, ref)
         if rc is None:
-            raise ClusterStartError(f"The RayCluster {ref.namespace}/{ref.name} disappeared while raynb waited.",
-                                    fix="someone deleted it; run `%raycluster up` again")
-        failure = _conditions(rc).get("ReplicaFailure")
+            raise ClusterStartError(
+                f"The RayCluster {ref.namespace}/{ref.name} disappeared while raynb waited.",
+                fix="someone deleted it; run `%raycluster up` again",
+            )
+        failure = conditions(rc).get("ReplicaFailure")
         if failure and failure.get("status") == "True":
-            raise ClusterStartError(f"KubeRay could not create the pods of {ref.namespace}/{ref.name}.",
-                                    saw=f"{failure.get('reason')}: {failure.get('message')}",
-                                    fix="fix what the message names (often quota, admission policy or RBAC of the "
-                                    "operator), then `%raycluster down` and `%raycluster up`")
+            raise ClusterStartError(
+                f"KubeRay could not create the pods of {ref.namespace}/{ref.name}.",
+                saw=f"{failure.get('reason')}: {failure.get('message')}",
+                fix="fix what the message names (often quota, admission policy or RBAC of the "
+                "operator), then `%raycluster down` and `%raycluster up`",
+            )
         ok, line = readiness(rc)
         elapsed = time.monotonic() - t0
         if ok:
@@ -264,17 +331,20 @@ def wait_ready(target: Target, ref: RayClusterRef, *, timeout: float,
                 progress(f"[{elapsed:4.0f} s] waiting: {d.line()}")
         hopeless = [d for d in diags if is_hopeless(d)]
         if hopeless:
-            raise ClusterStartError(f"The RayCluster {ref.name} cannot start: a pod's image cannot be pulled.",
-                                    saw="\n".join(d.line() for d in hopeless),
-                                    fix="fix DLC_IMAGE (or the registry access), then `%raycluster down` and "
-                                    "`%raycluster up`")
+            raise ClusterStartError(
+                f"The RayCluster {ref.name} cannot start: a pod's image cannot be pulled.",
+                saw="\n".join(d.line() for d in hopeless),
+                fix="fix DLC_IMAGE (or the registry access), then `%raycluster down` and `%raycluster up`",
+            )
         if elapsed > timeout:
             raise ClusterStartError(
                 f"The RayCluster {ref.namespace}/{ref.name} was not ready after {timeout:.0f} s ({line}).",
-                saw="\n".join(d.line() for d in diags) or "no pod reported a problem; the operator may be slow "
+                saw="\n".join(d.line() for d in diags)
+                or "no pod reported a problem; the operator may be slow "
                 "(kubectl logs -n kuberay-operator deploy/kuberay-operator)",
                 fix="act on the reasons above; the RayCluster is left in place (`%raycluster status` to watch it, "
-                "`%raycluster down` to remove it, `%raycluster up --timeout SECONDS` to wait longer)")
+                "`%raycluster down` to remove it, `%raycluster up --timeout SECONDS` to wait longer)",
+            )
         time.sleep(poll)
 
 
@@ -284,12 +354,15 @@ def head_pod_name(target: Target, ref: RayClusterRef) -> str:
         labels = p["metadata"].get("labels", {})
         if labels.get("ray.io/node-type") == "head" and not p["metadata"].get("deletionTimestamp"):
             return str(p["metadata"]["name"])
-    raise KubeError(f"The RayCluster {ref.namespace}/{ref.name} has no head pod.",
-                    fix="`%raycluster status` shows its pods; `%raycluster up` recreates it")
+    raise KubeError(
+        f"The RayCluster {ref.namespace}/{ref.name} has no head pod.",
+        fix="`%raycluster status` shows its pods; `%raycluster up` recreates it",
+    )
 
 
-def delete_raycluster(target: Target, ref: RayClusterRef, *, timeout: float = 120.0,
-                      progress: Callable[[str], None] = print) -> bool:
+def delete_raycluster(
+    target: Target, ref: RayClusterRef, *, timeout: float = 120.0, progress: Callable[[str], None] = print
+) -> bool:
     """Delete the RayCluster and wait until its pods and services are gone. False if there was nothing to delete."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
@@ -297,8 +370,13 @@ def delete_raycluster(target: Target, ref: RayClusterRef, *, timeout: float = 12
     try:
         with api_call(target, "delete", "rayclusters.ray.io", ref.namespace):
             _custom(target).delete_namespaced_custom_object(
-                GROUP, VERSION, ref.namespace, PLURAL, ref.name,
-                body=client.V1DeleteOptions(propagation_policy="Foreground"))
+                GROUP,
+                VERSION,
+                ref.namespace,
+                PLURAL,
+                ref.name,
+                body=client.V1DeleteOptions(propagation_policy="Foreground"),
+            )
     except ApiException as e:
         if _status_of(e) == 404:
             return False
@@ -307,18 +385,21 @@ def delete_raycluster(target: Target, ref: RayClusterRef, *, timeout: float = 12
     while True:
         left = pods(target, ref)
         with api_call(target, "list", "services", ref.namespace):
-            svcs = _core(target).list_namespaced_service(ref.namespace,
-                                                         label_selector=f"ray.io/cluster={ref.name}").items
+            svcs = (
+                _core(target).list_namespaced_service(ref.namespace, label_selector=f"ray.io/cluster={ref.name}").items
+            )
         rc = get_raycluster(target, ref)
         if not left and not svcs and rc is None:
             progress(f"RayCluster {ref.namespace}/{ref.name} deleted ({time.monotonic() - t0:.0f} s)")
             return True
         if time.monotonic() - t0 > timeout:
-            raise KubeError(f"The RayCluster {ref.namespace}/{ref.name} was deleted, but {len(left)} pod(s) and "
-                            f"{len(svcs)} service(s) are still there after {timeout:.0f} s.",
-                            saw=", ".join(p["metadata"]["name"] for p in left),
-                            fix="pods stuck in Terminating usually mean an unreachable node; "
-                            "`kubectl get pods -n " + ref.namespace + "` shows them")
+            raise KubeError(
+                f"The RayCluster {ref.namespace}/{ref.name} was deleted, but {len(left)} pod(s) and "
+                f"{len(svcs)} service(s) are still there after {timeout:.0f} s.",
+                saw=", ".join(p["metadata"]["name"] for p in left),
+                fix="pods stuck in Terminating usually mean an unreachable node; "
+                "`kubectl get pods -n " + ref.namespace + "` shows them",
+            )
         time.sleep(0.5)
 
 
@@ -354,14 +435,19 @@ def pod_logs(target: Target, ref: RayClusterRef, which: str = "head", *, tail: i
     elif which == "worker" or (which.startswith("worker-") and which[7:].isdigit()):
         i = int(which[7:]) if which != "worker" else 0
         if i >= len(workers):
-            raise KubeError(f"There is no worker {i}: the cluster has {len(workers)} worker pod(s).",
-                            fix="use worker-0 ... or a pod name from `%raycluster status`")
+            raise KubeError(
+                f"There is no worker {i}: the cluster has {len(workers)} worker pod(s).",
+                fix="use worker-0 ... or a pod name from `%raycluster status`",
+            )
         name = workers[i]["metadata"]["name"]
     elif which in names:
         name = which
     else:
-        raise KubeError(f"No pod {which!r} in the RayCluster {ref.name}.", saw=", ".join(names) or "no pods",
-                        fix="use head, worker-N or one of those names")
+        raise KubeError(
+            f"No pod {which!r} in the RayCluster {ref.name}.",
+            saw=", ".join(names) or "no pods",
+            fix="use head, worker-N or one of those names",
+        )
     with api_call(target, "get", "pods/log", ref.namespace):
         text = _core(target).read_namespaced_pod_log(name, ref.namespace, tail_lines=tail)
     return name, text if isinstance(text, str) else str(text)
@@ -369,11 +455,14 @@ def pod_logs(target: Target, ref: RayClusterRef, which: str = "head", *, tail: i
 
 # ---- status -------------------------------------------------------------------------------------------------------
 
+
 def kube_status(target: Target, ref: RayClusterRef) -> KubeStatus:
     rc = get_raycluster(target, ref)
     if rc is None:
-        raise KubeError(f"No RayCluster {ref.name!r} in namespace {ref.namespace!r}.",
-                        fix="`%raycluster list` shows the RayClusters; `%raycluster up` creates one")
+        raise KubeError(
+            f"No RayCluster {ref.name!r} in namespace {ref.namespace!r}.",
+            fix="`%raycluster list` shows the RayClusters; `%raycluster up` creates one",
+        )
     _, line = readiness(rc)
     image = head_image(rc)
     prows = [pod_row(p) for p in pods(target, ref)]

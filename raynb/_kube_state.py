@@ -10,8 +10,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["RayClusterRef", "spec_differences", "readiness", "PodRow", "NodeRow", "KubeStatus",
-           "pod_row", "node_row"]
+__all__ = [
+    "RayClusterRef",
+    "spec_differences",
+    "readiness",
+    "PodRow",
+    "NodeRow",
+    "KubeStatus",
+    "pod_row",
+    "node_row",
+    "conditions",
+]
 
 
 @dataclass(frozen=True)
@@ -33,7 +42,7 @@ def spec_differences(wanted: Any, live: Any, path: str = "spec") -> list[str]:
         if not isinstance(live, list) or len(live) != len(wanted):
             return [f"{path}: {_short(live)} → {_short(wanted)}"]
         out = []
-        for i, (w, lv) in enumerate(zip(wanted, live)):
+        for i, (w, lv) in enumerate(zip(wanted, live, strict=False)):
             out += spec_differences(w, lv, f"{path}[{i}]")
         return out
     if str(wanted) != str(live):
@@ -46,7 +55,7 @@ def _short(v: Any) -> str:
     return s if len(s) < 80 else s[:77] + "..."
 
 
-def _conditions(rc: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+def conditions(rc: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     return {c.get("type", ""): c for c in (rc.get("status") or {}).get("conditions") or []}
 
 
@@ -59,7 +68,7 @@ def _desired_workers(rc: Mapping[str, Any]) -> int:
 
 def readiness(rc: Mapping[str, Any]) -> tuple[bool, str]:
     """(ready, one-line state) from ``status.conditions`` (KubeRay >= 1.3), else the deprecated ``status.state``."""
-    conds = _conditions(rc)
+    conds = conditions(rc)
     st = rc.get("status") or {}
     ready_w, want_w = int(st.get("readyWorkerReplicas") or 0), _desired_workers(rc)
     if conds:
@@ -112,16 +121,28 @@ def pod_row(p: Mapping[str, Any]) -> PodRow:
         waiting = (cs.get("state") or {}).get("waiting")
         if waiting:
             phase = waiting.get("reason", phase)
-    return PodRow(p["metadata"]["name"], p["metadata"].get("labels", {}).get("ray.io/node-type", "?"), phase, ready,
-                  p.get("spec", {}).get("nodeName") or "-", req.get("nvidia.com/gpu", "0"),
-                  req.get("vpc.amazonaws.com/efa", "0"))
+    return PodRow(
+        p["metadata"]["name"],
+        p["metadata"].get("labels", {}).get("ray.io/node-type", "?"),
+        phase,
+        ready,
+        p.get("spec", {}).get("nodeName") or "-",
+        req.get("nvidia.com/gpu", "0"),
+        req.get("vpc.amazonaws.com/efa", "0"),
+    )
 
 
 def node_row(n: Mapping[str, Any]) -> NodeRow:
     labels = n["metadata"].get("labels", {})
     alloc = (n.get("status") or {}).get("allocatable") or {}
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True"
-                for c in (n.get("status") or {}).get("conditions") or [])
-    return NodeRow(n["metadata"]["name"], labels.get("node.kubernetes.io/instance-type", "?"),
-                   labels.get("topology.kubernetes.io/zone", "?"), alloc.get("nvidia.com/gpu", "0"),
-                   alloc.get("vpc.amazonaws.com/efa", "0"), ready)
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in (n.get("status") or {}).get("conditions") or []
+    )
+    return NodeRow(
+        n["metadata"]["name"],
+        labels.get("node.kubernetes.io/instance-type", "?"),
+        labels.get("topology.kubernetes.io/zone", "?"),
+        alloc.get("nvidia.com/gpu", "0"),
+        alloc.get("vpc.amazonaws.com/efa", "0"),
+        ready,
+    )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from . import _kube_api as kube
@@ -42,36 +43,43 @@ class KubernetesBackend:
 
     def forward(self, remote_port: int) -> PortForward:
         if remote_port not in self.forwards:
-            self.forwards[remote_port] = PortForward(self.target.api, self.ref.namespace,
-                                                     lambda: kube.head_pod_name(self.target, self.ref), remote_port)
+            self.forwards[remote_port] = PortForward(
+                self.target.api, self.ref.namespace, lambda: kube.head_pod_name(self.target, self.ref), remote_port
+            )
         return self.forwards[remote_port]
 
     def reach(self, say: Say) -> tuple[str, str | None]:
         """Port-forward the head's client (10001) and dashboard (8265) ports to 127.0.0.1, then check versions."""
         client_fw, dash_fw = self.forward(CLIENT_PORT), self.forward(DASHBOARD_PORT)
         address, dashboard = f"ray://{client_fw.address}", f"http://{dash_fw.address}"
-        say(f"port-forward 127.0.0.1:{client_fw.local_port} → head:{CLIENT_PORT} (Ray Client), "
-            f"127.0.0.1:{dash_fw.local_port} → head:{DASHBOARD_PORT} (dashboard) through the Kubernetes API")
+        say(
+            f"port-forward 127.0.0.1:{client_fw.local_port} → head:{CLIENT_PORT} (Ray Client), "
+            f"127.0.0.1:{dash_fw.local_port} → head:{DASHBOARD_PORT} (dashboard) through the Kubernetes API"
+        )
         answer = dashboard_get(dashboard, "/api/version", timeout=10) or {}
         server_ray = str(answer.get("ray_version") or "") or self.values.get("RAY_VERSION", "")
-        check_versions(server_ray, self.values.get("PYTHON_VERSION", ""),
-                       where=f"the cluster (image {self.values.get('DLC_IMAGE', '?')})")
+        check_versions(
+            server_ray,
+            self.values.get("PYTHON_VERSION", ""),
+            where=f"the cluster (image {self.values.get('DLC_IMAGE', '?')})",
+        )
         return address, dashboard
 
     def runtime_env(self) -> dict[str, Any]:
-        import raynb  # the cluster image does not have raynb: ship its worker-side modules with the job
-
-        return {"py_modules": [raynb.__path__[0]]}
+        # the cluster image does not have raynb: ship the package with the job
+        return {"py_modules": [str(Path(__file__).resolve().parent)]}
 
     def kube_status(self) -> KubeStatus:
         return kube.kube_status(self.target, self.ref)
 
     def logs(self, which: str, tail: int) -> str:
         name, text = kube.pod_logs(self.target, self.ref, which, tail=tail)
-        return (f"==> {self.ref.namespace}/{name} (last {tail} lines)\n{text}"
-                f"{'' if text.endswith(chr(10)) or not text else chr(10)}"
-                "(NCCL's lines are not in container logs: Ray workers write them to /tmp/ray/session_latest/logs/"
-                "worker-*.err in the pod; %%raytrain shows them parsed as badges, --nccl full shows them raw)")
+        return (
+            f"==> {self.ref.namespace}/{name} (last {tail} lines)\n{text}"
+            f"{'' if text.endswith(chr(10)) or not text else chr(10)}"
+            "(NCCL's lines are not in container logs: Ray workers write them to /tmp/ray/session_latest/logs/"
+            "worker-*.err in the pod; %%raytrain shows them parsed as badges, --nccl full shows them raw)"
+        )
 
     def down(self, say: Say) -> None:
         self.disconnect()
@@ -99,8 +107,9 @@ class KubernetesBackend:
         return {k: v[key] for k, key in (("strict_efa", "STRICT_EFA"), ("storage_path", "STORAGE_PATH")) if v.get(key)}
 
 
-def _render(values: str | Mapping[str, str] | None, overrides: Mapping[str, Any],
-            namespace: str | None) -> tuple[dict[str, Any], dict[str, str]]:
+def _render(
+    values: str | Mapping[str, str] | None, overrides: Mapping[str, Any], namespace: str | None
+) -> tuple[dict[str, Any], dict[str, str]]:
     vals = dict(values) if isinstance(values, Mapping) else manifest.load_values(values)
     ov = {k: str(v) for k, v in overrides.items()}
     if namespace:
@@ -108,8 +117,16 @@ def _render(values: str | Mapping[str, str] | None, overrides: Mapping[str, Any]
     return manifest.render(vals, ov), manifest.resolve_values(vals, ov)
 
 
-def up(values: str | Mapping[str, str] | None, overrides: Mapping[str, Any], *, kubeconfig: str | None,
-       recreate: bool, connect: bool, settings: Settings, say: Say) -> KubernetesBackend:
+def up(
+    values: str | Mapping[str, str] | None,
+    overrides: Mapping[str, Any],
+    *,
+    kubeconfig: str | None,
+    recreate: bool,
+    connect: bool,
+    settings: Settings,
+    say: Say,
+) -> KubernetesBackend:
     """Render, apply (or reuse) and wait for the RayCluster; what the user can fix is checked before versions."""
     obj, vals = _render(values, overrides, settings.kube_namespace)
     ref = RayClusterRef(obj["metadata"]["name"], obj["metadata"]["namespace"])
@@ -117,8 +134,9 @@ def up(values: str | Mapping[str, str] | None, overrides: Mapping[str, Any], *, 
     say(f"Kubernetes API: {target.where()}")
     kube.ensure_crd(target)
     if connect:  # before creating anything: a cluster this kernel cannot talk to helps nobody
-        check_versions(vals.get("RAY_VERSION", ""), vals.get("PYTHON_VERSION", ""),
-                       where=f"the image {vals.get('DLC_IMAGE', '?')}")
+        check_versions(
+            vals.get("RAY_VERSION", ""), vals.get("PYTHON_VERSION", ""), where=f"the image {vals.get('DLC_IMAGE', '?')}"
+        )
     live = kube.get_raycluster(target, ref)
     if live is not None:
         diffs = spec_differences(obj["spec"], live.get("spec", {}))
@@ -129,7 +147,8 @@ def up(values: str | Mapping[str, str] | None, overrides: Mapping[str, Any], *, 
                 saw="live → wanted:\n" + "\n".join(shown),
                 fix="KubeRay does not roll existing pods to a new spec: `%raycluster up --recreate ...` "
                 f"(raynb.up(..., recreate=True)) deletes and recreates it; `raynb.Cluster.from_name({ref.name!r}, "
-                f"namespace={ref.namespace!r})` attaches to it as it is")
+                f"namespace={ref.namespace!r})` attaches to it as it is",
+            )
         if diffs:
             say(f"spec changed ({len(diffs)} difference(s)): recreating {ref.namespace}/{ref.name}")
             kube.delete_raycluster(target, ref, progress=say)
@@ -139,9 +158,11 @@ def up(values: str | Mapping[str, str] | None, overrides: Mapping[str, Any], *, 
     if live is None:
         kube.apply_raycluster(target, obj)
         workers = sum(int(g.get("replicas", 0)) for g in obj["spec"]["workerGroupSpecs"])
-        say(f"applied RayCluster {ref.namespace}/{ref.name} (server-side apply, field manager "
+        say(
+            f"applied RayCluster {ref.namespace}/{ref.name} (server-side apply, field manager "
             f"{kube.FIELD_MANAGER}): head + {workers} × {vals.get('GPU_NODE_TYPE')} worker(s), "
-            f"{vals.get('GPUS_PER_NODE')} GPU and {vals.get('EFA_PER_NODE')} EFA each")
+            f"{vals.get('GPUS_PER_NODE')} GPU and {vals.get('EFA_PER_NODE')} EFA each"
+        )
     kube.wait_ready(target, ref, timeout=settings.kube_start_timeout_s, progress=say)
     return KubernetesBackend(target, ref, vals)
 
@@ -167,9 +188,11 @@ def attach(name: str, settings: Settings, kubeconfig: str | None) -> KubernetesB
     rc = kube.get_raycluster(target, ref)
     if rc is None:
         names = [i["metadata"]["name"] for i in kube.list_rayclusters(target, ref.namespace)]
-        raise NotConnectedError(f"No RayCluster {name!r} in namespace {ref.namespace!r}.",
-                                saw="RayClusters there: " + (", ".join(names) or "none"),
-                                fix="pick one of those (namespace=... for another namespace), or `%raycluster up`")
+        raise NotConnectedError(
+            f"No RayCluster {name!r} in namespace {ref.namespace!r}.",
+            saw="RayClusters there: " + (", ".join(names) or "none"),
+            fix="pick one of those (namespace=... for another namespace), or `%raycluster up`",
+        )
     return KubernetesBackend(target, ref, manifest.values_from_spec(rc))
 
 
@@ -189,6 +212,14 @@ def rows(*, namespace: str | None, context: str | None, kubeconfig: str | None) 
     out = []
     for rc in kube.list_rayclusters(target, namespace):
         _, line = readiness(rc)
-        out.append({"name": rc["metadata"]["name"], "namespace": rc["metadata"]["namespace"], "kind": "kubernetes",
-                    "state": line, "address": target.where(), "image": manifest.head_image(rc)})
+        out.append(
+            {
+                "name": rc["metadata"]["name"],
+                "namespace": rc["metadata"]["namespace"],
+                "kind": "kubernetes",
+                "state": line,
+                "address": target.where(),
+                "image": manifest.head_image(rc),
+            }
+        )
     return out

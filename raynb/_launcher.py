@@ -43,10 +43,12 @@ class Launcher:
         trainer = TorchTrainer(
             train_loop_per_worker,
             train_loop_config=config,
-            scaling_config=ScalingConfig(num_workers=spec["workers"], use_gpu=spec["gpu"],
-                                         resources_per_worker=resources),
+            scaling_config=ScalingConfig(
+                num_workers=spec["workers"], use_gpu=spec["gpu"], resources_per_worker=resources
+            ),
             run_config=RunConfig(
-                name=spec["name"], storage_path=spec.get("storage_path"),
+                name=spec["name"],
+                storage_path=spec.get("storage_path"),
                 failure_config=FailureConfig(max_failures=0),
                 # Train's INFO lines (resource requests, worker group layout) would bury the user's own prints
                 logging_config=LoggingConfig(log_level=spec.get("train_log_level", "WARNING")),
@@ -58,11 +60,21 @@ class Launcher:
             result = trainer.fit()
         except Exception as e:  # noqa: BLE001 - everything is reported back as data
             failures = {int(r): f"{type(x).__name__}: {x}" for r, x in getattr(e, "worker_failures", {}).items()}
-            return {"status": "failed", "error_type": type(e).__name__, "message": str(e)[:4000],
-                    "failures": failures, "seconds": time.time() - t0}
+            return {
+                "status": "failed",
+                "error_type": type(e).__name__,
+                "message": str(e)[:4000],
+                "failures": failures,
+                "seconds": time.time() - t0,
+            }
         ckpt = getattr(result, "checkpoint", None)
-        return {"status": "succeeded", "seconds": time.time() - t0, "metrics": result.metrics,
-                "checkpoint": getattr(ckpt, "path", None), "path": getattr(result, "path", None)}
+        return {
+            "status": "succeeded",
+            "seconds": time.time() - t0,
+            "metrics": result.metrics,
+            "checkpoint": getattr(ckpt, "path", None),
+            "path": getattr(result, "path", None),
+        }
 
 
 #: (launcher, sink, connection generation, launcher env) of the spare pair, if one is warm.

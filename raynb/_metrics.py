@@ -60,8 +60,9 @@ def _plain(v: Any) -> Any:
 class Reporter:
     """Per-worker-process buffer of records, flushed to the sink by a daemon thread."""
 
-    def __init__(self, sink: Any, rank: int, *, flush_interval: float = 0.1, max_in_flight: int = 4,
-                 max_buffered: int = 200_000) -> None:
+    def __init__(
+        self, sink: Any, rank: int, *, flush_interval: float = 0.1, max_in_flight: int = 4, max_buffered: int = 200_000
+    ) -> None:
         self.sink, self.rank = sink, rank
         self.flush_interval, self.max_in_flight, self.max_buffered = flush_interval, max_in_flight, max_buffered
         self._q: collections.deque[dict[str, Any]] = collections.deque()
@@ -159,7 +160,7 @@ class MetricsSink:
         if cursor > self._base:
             del self._records[: cursor - self._base]
             self._base = cursor
-        recs = self._records[cursor - self._base:]
+        recs = self._records[cursor - self._base :]
         return self._base + len(self._records), recs, self._events[event_cursor:]
 
 
@@ -174,8 +175,13 @@ def sink_actor(name: str | None = None) -> Any:
 class MetricStream:
     """Notebook side: a thread that long-polls the sink and keeps every record and event, in arrival order."""
 
-    def __init__(self, sink: Any, on_data: Callable[[list[dict], list[dict]], None] | None = None,
-                 poll_timeout: float = 0.25, min_gap: float = 0.1) -> None:
+    def __init__(
+        self,
+        sink: Any,
+        on_data: Callable[[list[dict], list[dict]], None] | None = None,
+        poll_timeout: float = 0.25,
+        min_gap: float = 0.1,
+    ) -> None:
         self.sink = sink
         self.records: list[dict[str, Any]] = []
         self.events: list[dict[str, Any]] = []
@@ -232,4 +238,3 @@ class MetricStream:
                     pass
             except Exception as e:  # noqa: BLE001
                 self.error = e
-

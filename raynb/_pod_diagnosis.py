@@ -7,15 +7,18 @@ is wrong; this module turns them into one line a notebook user can act on, with 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["Diagnosis", "diagnose_pod", "diagnose_pods", "is_hopeless"]
 
 #: Image errors that do not heal by waiting (the kubelet retries them forever).
-_HOPELESS_IMAGE = re.compile(r"not found|manifest unknown|unauthorized|denied|InvalidImageName|repository does not "
-                             r"exist|no such host", re.IGNORECASE)
+_HOPELESS_IMAGE = re.compile(
+    r"not found|manifest unknown|unauthorized|denied|InvalidImageName|repository does not "
+    r"exist|no such host",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True)
@@ -45,21 +48,29 @@ def _scheduling_hint(message: str, pod: Mapping[str, Any]) -> str:
     unmatched = re.search(r"(\d+) node\(s\) didn't match Pod's node affinity/selector", message)
     all_unmatched = bool(total and unmatched and total[1] == unmatched[1])
     if "Insufficient nvidia.com/gpu" in message:
-        hints.append(f"no node has {req.get('nvidia.com/gpu', '?')} free nvidia.com/gpu: add GPU nodes to the node "
-                     "group, lower GPU_NODE_COUNT, or check that the NVIDIA device plugin runs on the GPU nodes "
-                     "(%raycluster doctor)")
+        hints.append(
+            f"no node has {req.get('nvidia.com/gpu', '?')} free nvidia.com/gpu: add GPU nodes to the node "
+            "group, lower GPU_NODE_COUNT, or check that the NVIDIA device plugin runs on the GPU nodes "
+            "(%raycluster doctor)"
+        )
     elif "Insufficient vpc.amazonaws.com/efa" in message:
-        hints.append("no node offers a free vpc.amazonaws.com/efa: the EFA device plugin must run on EFA-enabled GPU "
-                     "nodes (%raycluster doctor checks it); an instance type without EFA (e.g. "
-                     "GPU_NODE_TYPE=g6e.12xlarge) drops the request")
+        hints.append(
+            "no node offers a free vpc.amazonaws.com/efa: the EFA device plugin must run on EFA-enabled GPU "
+            "nodes (%raycluster doctor checks it); an instance type without EFA (e.g. "
+            "GPU_NODE_TYPE=g6e.12xlarge) drops the request"
+        )
     elif re.search(r"Insufficient (cpu|memory)", message):
-        hints.append(f"the pod asks for cpu {req.get('cpu', '?')} / memory {req.get('memory', '?')}, more than a node "
-                     "has free: lower WORKER_CPU / WORKER_MEMORY (or HEAD_CPU / HEAD_MEMORY for the head)")
+        hints.append(
+            f"the pod asks for cpu {req.get('cpu', '?')} / memory {req.get('memory', '?')}, more than a node "
+            "has free: lower WORKER_CPU / WORKER_MEMORY (or HEAD_CPU / HEAD_MEMORY for the head)"
+        )
     if all_unmatched or (unmatched and not total):
         sel = pod.get("spec", {}).get("nodeSelector") or {}
         want = ", ".join(f"{k}={v}" for k, v in sel.items()) or "(none)"
-        hints.append(f"no node carries the labels {want}: label the node group so, or change SYSTEM_NODE_ROLE / "
-                     "GPU_NODE_ROLE / GPU_NODE_TYPE in the values file")
+        hints.append(
+            f"no node carries the labels {want}: label the node group so, or change SYSTEM_NODE_ROLE / "
+            "GPU_NODE_ROLE / GPU_NODE_TYPE in the values file"
+        )
     if "untolerated taint" in message:
         hints.append("the matching nodes are tainted: add a toleration to the pod template, or untaint the nodes")
     if not hints:
@@ -76,30 +87,53 @@ def diagnose_pod(pod: Mapping[str, Any], events: Iterable[Mapping[str, Any]] = (
         if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
             msg = cond.get("message") or ""
             if not msg:  # some schedulers only emit the event
-                msg = next((e.get("message", "") for e in reversed(list(events))
-                            if e.get("reason") == "FailedScheduling"), "")
+                msg = next(
+                    (e.get("message", "") for e in reversed(list(events)) if e.get("reason") == "FailedScheduling"), ""
+                )
             out.append(Diagnosis(name, cond.get("reason") or "Unschedulable", msg, _scheduling_hint(msg, pod)))
     for cs in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
         waiting = (cs.get("state") or {}).get("waiting") or {}
         reason = waiting.get("reason")
         if reason in ("ImagePullBackOff", "ErrImagePull", "InvalidImageName", "ErrImageNeverPull"):
-            out.append(Diagnosis(name, reason, waiting.get("message") or cs.get("image", ""),
-                                 f"the node cannot pull {cs.get('image')}: check DLC_IMAGE, and that the nodes can "
-                                 "reach the registry (public.ecr.aws needs a NAT gateway or VPC endpoint)"))
+            out.append(
+                Diagnosis(
+                    name,
+                    reason,
+                    waiting.get("message") or cs.get("image", ""),
+                    f"the node cannot pull {cs.get('image')}: check DLC_IMAGE, and that the nodes can "
+                    "reach the registry (public.ecr.aws needs a NAT gateway or VPC endpoint)",
+                )
+            )
         elif reason in ("CrashLoopBackOff", "CreateContainerConfigError", "CreateContainerError", "RunContainerError"):
-            out.append(Diagnosis(name, reason, waiting.get("message") or "",
-                                 "the container starts and fails: `%raycluster logs` shows its output"))
+            out.append(
+                Diagnosis(
+                    name,
+                    reason,
+                    waiting.get("message") or "",
+                    "the container starts and fails: `%raycluster logs` shows its output",
+                )
+            )
     if not out:
         for e in events:
-            if e.get("type") == "Warning" and e.get("reason") in ("FailedMount", "FailedCreatePodSandBox",
-                                                                   "FailedAttachVolume"):
-                out.append(Diagnosis(name, e["reason"], e.get("message", ""),
-                                     "the node could not set the pod up; `kubectl describe pod` has the details"))
+            if e.get("type") == "Warning" and e.get("reason") in (
+                "FailedMount",
+                "FailedCreatePodSandBox",
+                "FailedAttachVolume",
+            ):
+                out.append(
+                    Diagnosis(
+                        name,
+                        e["reason"],
+                        e.get("message", ""),
+                        "the node could not set the pod up; `kubectl describe pod` has the details",
+                    )
+                )
     return out
 
 
-def diagnose_pods(pods: Iterable[Mapping[str, Any]],
-                  events_by_pod: Mapping[str, list[Mapping[str, Any]]] | None = None) -> list[Diagnosis]:
+def diagnose_pods(
+    pods: Iterable[Mapping[str, Any]], events_by_pod: Mapping[str, Sequence[Mapping[str, Any]]] | None = None
+) -> list[Diagnosis]:
     events_by_pod = events_by_pod or {}
     out: list[Diagnosis] = []
     for p in pods:
@@ -110,4 +144,5 @@ def diagnose_pods(pods: Iterable[Mapping[str, Any]],
 def is_hopeless(d: Diagnosis) -> bool:
     """True when waiting longer cannot help (an image that does not exist); scheduling may heal (autoscalers)."""
     return d.reason in ("InvalidImageName", "ErrImageNeverPull") or (
-        d.reason in ("ImagePullBackOff", "ErrImagePull") and bool(_HOPELESS_IMAGE.search(d.message)))
+        d.reason in ("ImagePullBackOff", "ErrImagePull") and bool(_HOPELESS_IMAGE.search(d.message))
+    )

@@ -21,8 +21,9 @@ __all__ = ["PortForward"]
 class PortForward:
     """Listen on ``127.0.0.1:local_port`` (0: a free port) and relay each connection to ``remote_port`` of a pod."""
 
-    def __init__(self, api: Any, namespace: str, pod_name: Callable[[], str], remote_port: int,
-                 local_port: int = 0) -> None:
+    def __init__(
+        self, api: Any, namespace: str, pod_name: Callable[[], str], remote_port: int, local_port: int = 0
+    ) -> None:
         self.api, self.namespace, self.pod_name, self.remote_port = api, namespace, pod_name, remote_port
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -45,8 +46,9 @@ class PortForward:
         from kubernetes.stream import portforward
 
         core = client.CoreV1Api(self.api)
-        return portforward(core.connect_get_namespaced_pod_portforward, self.pod_name(), self.namespace,
-                           ports=str(self.remote_port))
+        return portforward(
+            core.connect_get_namespaced_pod_portforward, self.pod_name(), self.namespace, ports=str(self.remote_port)
+        )
 
     def _accept(self) -> None:
         while not self._closed:

@@ -30,7 +30,7 @@ def sweep(config: dict[str, Any]) -> None:
     import torch
     import torch.distributed as dist
 
-    import raynb
+    from ._metrics import report
 
     ctx = ray.train.get_context()
     world = ctx.get_world_size()
@@ -64,8 +64,14 @@ def sweep(config: dict[str, Any]) -> None:
         sync()
         dt = (time.perf_counter() - t0) / n
         algbw = size / dt / 1e9
-        raynb.report(step=i, busbw_gbps=algbw * 2 * (world - 1) / max(world, 1), algbw_gbps=algbw,
-                     size_bytes=size, time_us=dt * 1e6, iters=n)
+        report(
+            step=i,
+            busbw_gbps=algbw * 2 * (world - 1) / max(world, 1),
+            algbw_gbps=algbw,
+            size_bytes=size,
+            time_us=dt * 1e6,
+            iters=n,
+        )
         del x
         if cuda:
             torch.cuda.empty_cache()
@@ -85,13 +91,22 @@ class ProbeResult:
     def ratio(self) -> dict[int, float]:
         """busbw / busbw-over-TCP per size."""
         tcp = {int(r["size_bytes"]): r["busbw_gbps"] for r in self.tcp_rows}
-        return {int(r["size_bytes"]): r["busbw_gbps"] / tcp[int(r["size_bytes"])]
-                for r in self.rows if tcp.get(int(r["size_bytes"]))}
+        return {
+            int(r["size_bytes"]): r["busbw_gbps"] / tcp[int(r["size_bytes"])]
+            for r in self.rows
+            if tcp.get(int(r["size_bytes"]))
+        }
 
     def to_dict(self) -> dict[str, Any]:
-        return {"workers": self.workers, "gpu": self.gpu, "rows": self.rows, "transport": self.transport,
-                "tcp_rows": self.tcp_rows, "tcp_transport": self.tcp_transport,
-                "ratio": {str(k): v for k, v in self.ratio().items()}}
+        return {
+            "workers": self.workers,
+            "gpu": self.gpu,
+            "rows": self.rows,
+            "transport": self.transport,
+            "tcp_rows": self.tcp_rows,
+            "tcp_transport": self.tcp_transport,
+            "ratio": {str(k): v for k, v in self.ratio().items()},
+        }
 
     def _label(self, t: dict[str, Any]) -> str:
         from .display.nccl_badges import badge_label
@@ -99,7 +114,9 @@ class ProbeResult:
         return f"{badge_label(t)} [{t.get('severity', '?')}]" if t else ("gloo (no NCCL)" if not self.gpu else "?")
 
     def __repr__(self) -> str:
-        lines = [f"all_reduce busbw, {self.workers} {'GPU' if self.gpu else 'CPU'} workers, {self._label(self.transport)}"]
+        lines = [
+            f"all_reduce busbw, {self.workers} {'GPU' if self.gpu else 'CPU'} workers, {self._label(self.transport)}"
+        ]
         ratio = self.ratio()
         for r in self.rows:
             s = int(r["size_bytes"])
@@ -119,10 +136,12 @@ class ProbeResult:
             if tcp:
                 body += f"<td>{tcp.get(s, float('nan')):.2f}</td><td>x{ratio.get(s, float('nan')):.1f}</td>"
             body += "</tr>"
-        return (f'<div class="raynb-probe"><b>all_reduce</b> over {self.workers} '
-                f'{"GPU" if self.gpu else "CPU"} workers · transport: {html.escape(self._label(self.transport))}'
-                f'<div style="display:flex;gap:12px;align-items:flex-start">'
-                f'<table style="font-size:12px">{head}{body}</table>{self.chart()}</div></div>')
+        return (
+            f'<div class="raynb-probe"><b>all_reduce</b> over {self.workers} '
+            f'{"GPU" if self.gpu else "CPU"} workers · transport: {html.escape(self._label(self.transport))}'
+            f'<div style="display:flex;gap:12px;align-items:flex-start">'
+            f'<table style="font-size:12px">{head}{body}</table>{self.chart()}</div></div>'
+        )
 
     def chart(self) -> str:
         """busbw against message size (log2 MiB on x), default transport and, when measured, sockets forced."""
@@ -136,25 +155,47 @@ class ProbeResult:
         series = {"default": pts(self.rows)}
         if self.tcp_rows:
             series["TCP forced"] = pts(self.tcp_rows)
-        return line_chart(series, title="busbw vs log2(size / MiB)", unit="GB/s", chart_id="probe", width=360,
-                          height=180)
+        return line_chart(
+            series, title="busbw vs log2(size / MiB)", unit="GB/s", chart_id="probe", width=360, height=180
+        )
 
 
-def _one(settings: Settings, sizes: list[int], env: dict[str, str] | None, name: str,
-         display: bool | str | None, fake_hosts: int = 0) -> tuple[list[dict[str, float]], dict[str, Any]]:
+def _one(
+    settings: Settings,
+    sizes: list[int],
+    env: dict[str, str] | None,
+    name: str,
+    display: bool | str | None,
+    fake_hosts: int = 0,
+) -> tuple[list[dict[str, float]], dict[str, Any]]:
     from ._train import train
 
-    run = train(sweep, config={"sizes": sizes, "gpu": settings.gpu, "fake_hosts": fake_hosts}, settings=settings,
-                env=env, name=name, display=display).raise_for_status()
+    run = train(
+        sweep,
+        config={"sizes": sizes, "gpu": settings.gpu, "fake_hosts": fake_hosts},
+        settings=settings,
+        env=env,
+        name=name,
+        display=display,
+    ).raise_for_status()
     df = run.metrics
     rows = df[df["rank"] == 0].sort_values("step")[["size_bytes", "busbw_gbps", "algbw_gbps", "time_us"]]
     nccl = run.nccl
     return rows.to_dict("records"), (nccl.get(0) or next(iter(nccl.values()), {}))
 
 
-def bench(*, workers: int | None = None, gpu: bool | None = None, sizes: list[int] | None = None,
-          compare_tcp: bool = False, env: dict[str, str] | None = None, settings: Settings | None = None,
-          display: bool | str | None = None, fake_hosts: int = 0, name: str = "raynb-bench") -> ProbeResult:
+def bench(
+    *,
+    workers: int | None = None,
+    gpu: bool | None = None,
+    sizes: list[int] | None = None,
+    compare_tcp: bool = False,
+    env: dict[str, str] | None = None,
+    settings: Settings | None = None,
+    display: bool | str | None = None,
+    fake_hosts: int = 0,
+    name: str = "raynb-bench",
+) -> ProbeResult:
     """Sweep all_reduce sizes across ``workers`` workers (default: every GPU, else 2 CPU workers)."""
     import ray
 
@@ -167,6 +208,7 @@ def bench(*, workers: int | None = None, gpu: bool | None = None, sizes: list[in
     rows, transport = _one(settings, sizes, env, name, display, fake_hosts)
     result = ProbeResult(settings.workers, settings.gpu, rows, transport)
     if compare_tcp:
-        result.tcp_rows, result.tcp_transport = _one(settings, sizes, {**(env or {}), **TCP_ENV}, f"{name}-tcp",
-                                                     display, fake_hosts)
+        result.tcp_rows, result.tcp_transport = _one(
+            settings, sizes, {**(env or {}), **TCP_ENV}, f"{name}-tcp", display, fake_hosts
+        )
     return result

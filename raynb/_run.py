@@ -149,9 +149,12 @@ class Run:
             err = self.error
             nccl = bool(err and "NCCL on rank" in err.detail)
             raise TrainingFailedError(
-                str(err) if err else "The run failed.", run=self,
+                str(err) if err else "The run failed.",
+                run=self,
                 fix="the NCCL note above says what is missing; %raycluster doctor checks the cluster's side"
-                if nccl else "fix the cell and run it again; run.metrics holds what was reported.")
+                if nccl
+                else "fix the cell and run it again; run.metrics holds what was reported.",
+            )
         if self.status == "aborted":
             raise RunAborted(f"Run {self.name} aborted at step {self.step}; its workers were stopped.", run=self)
         return self
@@ -164,9 +167,15 @@ class Run:
 
         return render_bundle(self)
 
-    def rerun(self, *, env: dict[str, str] | None = None, name: str | None = None,
-              config: dict[str, Any] | None = None, workers: int | None = None,
-              display: bool | str | None = None) -> Run:
+    def rerun(
+        self,
+        *,
+        env: dict[str, str] | None = None,
+        name: str | None = None,
+        config: dict[str, Any] | None = None,
+        workers: int | None = None,
+        display: bool | str | None = None,
+    ) -> Run:
         """Run the same function again, changing only what is given (e.g. ``env=TCP_ENV`` to force sockets)."""
         if self._rerun is None:
             raise RuntimeError("this Run was not started by raynb.train")
@@ -185,10 +194,18 @@ class Run:
         self.status = "starting"
         self._launcher, self._sink = take_spare(self.settings)
         spec = {
-            "workers": self.spec.workers, "gpu": self.spec.gpu, "cpus_per_worker": self.spec.cpus_per_worker,
-            "name": self.spec.name, "storage_path": self.spec.storage_path, "worker_env": self.spec.worker_env,
-            "worker_info": {"cwd": self.spec.cwd, "fast_train_report": self.settings.fast_train_report,
-                            "expect_efa": self.spec.expect_efa, "gdr_expected": self.spec.gdr_expected},
+            "workers": self.spec.workers,
+            "gpu": self.spec.gpu,
+            "cpus_per_worker": self.spec.cpus_per_worker,
+            "name": self.spec.name,
+            "storage_path": self.spec.storage_path,
+            "worker_env": self.spec.worker_env,
+            "worker_info": {
+                "cwd": self.spec.cwd,
+                "fast_train_report": self.settings.fast_train_report,
+                "expect_efa": self.spec.expect_efa,
+                "gdr_expected": self.spec.gdr_expected,
+            },
         }
         self._fit_ref = self._launcher.fit.remote(payload, self.spec.config, spec, self._sink)
         self.stream = _metrics.MetricStream(self._sink).start()
@@ -228,8 +245,11 @@ class Run:
                 set_active(None)
 
     def _note_progress(self) -> None:
-        if self.status == "starting" and self.stream and (self.stream.records or any(
-                e.get("kind") == "worker_started" for e in self.stream.events)):
+        if (
+            self.status == "starting"
+            and self.stream
+            and (self.stream.records or any(e.get("kind") == "worker_started" for e in self.stream.events))
+        ):
             self.status = "running"
         if self.first_step_at is None and self.stream and self.stream.records:
             self.first_step_at = time.time()
@@ -244,16 +264,22 @@ class Run:
         out = self._fit_outcome
         if out is None or out["status"] == "failed":
             self.status = "failed"
-            self.error = assemble_error(out, self.events, self.spec.workers, cell_file=self.spec.cell_file,
-                                        cell_source=self.spec.cell_source, nccl=nccl_hint(self.nccl),
-                                        lost=self._fit_exc)
+            self.error = assemble_error(
+                out,
+                self.events,
+                self.spec.workers,
+                cell_file=self.spec.cell_file,
+                cell_source=self.spec.cell_source,
+                nccl=nccl_hint(self.nccl),
+                lost=self._fit_exc,
+            )
         else:
             self.status = "succeeded"
         self.result = out
         for actor in (self._launcher, self._sink):
             try:
                 ray.kill(actor, no_restart=True)
-            except Exception:  # noqa: BLE001, S110 - already gone
+            except Exception:  # noqa: BLE001 - already gone
                 pass
         prewarm(self.settings)  # the next cell finds a warm launcher
 
@@ -268,7 +294,7 @@ class Run:
             if actor is not None:
                 try:
                     ray.kill(actor, no_restart=True)
-                except Exception:  # noqa: BLE001, S110
+                except Exception:  # noqa: BLE001
                     pass
         self._done.wait(timeout)
         if self.stream:
@@ -276,11 +302,9 @@ class Run:
         if self._sink is not None:
             try:
                 ray.kill(self._sink, no_restart=True)
-            except Exception:  # noqa: BLE001, S110
+            except Exception:  # noqa: BLE001
                 pass
         self.ended_at = time.time()
         self.status = "aborted"
         self.aborted_at_step = max(step, self.step)
         prewarm(self.settings)
-
-

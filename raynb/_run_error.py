@@ -28,8 +28,12 @@ class RunError:
         if not self.tracebacks:
             return head + (f"\n{self.detail}" if self.detail else "")
         rank = min(self.tracebacks)
-        lines = [head, f"Traceback (rank {rank}, most recent call last):", *self.tracebacks[rank],
-                 f"{self.type}: {self.message}"]
+        lines = [
+            head,
+            f"Traceback (rank {rank}, most recent call last):",
+            *self.tracebacks[rank],
+            f"{self.type}: {self.message}",
+        ]
         return "\n".join(lines + ([self.detail] if self.detail else []))
 
 
@@ -51,9 +55,16 @@ def nccl_hint(nccl: Mapping[int, Mapping[str, Any]]) -> str:
     return ""
 
 
-def assemble_error(outcome: Mapping[str, Any] | None, events: Sequence[Mapping[str, Any]], world_size: int, *,
-                   cell_file: str | None = None, cell_source: str | None = None, nccl: str = "",
-                   lost: BaseException | None = None) -> RunError:
+def assemble_error(
+    outcome: Mapping[str, Any] | None,
+    events: Sequence[Mapping[str, Any]],
+    world_size: int,
+    *,
+    cell_file: str | None = None,
+    cell_source: str | None = None,
+    nccl: str = "",
+    lost: BaseException | None = None,
+) -> RunError:
     """One error for the whole run: the workers' own tracebacks first (lowest rank shown), else Train's per-rank
     failures, else the launcher's message; ``lost``: the launcher itself went away (no outcome)."""
     if outcome is None:

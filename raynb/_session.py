@@ -98,7 +98,7 @@ def auth_preflight(dashboard_url: str | None, timeout: float = 3.0) -> str | Non
     """Match this kernel's Ray auth mode to the head's before connecting.
 
     A head in token mode makes a Ray Client without ``RAY_AUTH_MODE=token`` hang ~30 s and then fail with a misleading
-    "connection timeout" (ray-behaviour.md). The dashboard answers ``/api/authentication_mode`` without a token, so ask
+    "connection timeout" (measured with Ray 2.58). The dashboard answers ``/api/authentication_mode`` without a token, so ask
     it first. Returns the head's mode, or None when the dashboard cannot be asked.
     """
     answer = dashboard_get(dashboard_url, "/api/authentication_mode", timeout)
@@ -157,7 +157,7 @@ def connect(
     """Connect this kernel to ``address`` (``ray://host:port``) with Ray Client, retrying transient refusals.
 
     About 1 in 25 connects fail with ``ConnectionAbortedError`` while a previous client's server process is still
-    shutting down (ray-behaviour.md); those are retried until ``timeout``.
+    shutting down (measured on Ray 2.58); those are retried until ``timeout``.
     """
     auth_preflight(dashboard_url)  # before `import ray`: Ray fixes its auth mode at import
     import ray
@@ -170,8 +170,9 @@ def connect(
     while time.monotonic() < deadline:
         attempt += 1
         try:
-            ray.init(address, runtime_env=runtime_env or None, namespace="raynb", logging_level="WARNING",
-                     log_to_driver=True)
+            ray.init(
+                address, runtime_env=runtime_env or None, namespace="raynb", logging_level="WARNING", log_to_driver=True
+            )
             global _generation
             _generation += 1
             _filter_known_noise()

@@ -17,15 +17,23 @@ from typing import Any, Literal, get_args, get_type_hints
 
 from .errors import UsageError
 
-__all__ = ["Settings", "NcclMode", "resolve", "parse_assignments", "parse_bool", "add_flag", "config_traits",
-           "ENV_PREFIX"]
+__all__ = [
+    "Settings",
+    "NcclMode",
+    "resolve",
+    "parse_assignments",
+    "parse_bool",
+    "add_flag",
+    "config_traits",
+    "ENV_PREFIX",
+]
 
 ENV_PREFIX = "RAYNB_"
 NcclMode = Literal["summary", "full", "off"]
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 
 
-def option(default: Any, help: str, flag: str | None = None) -> Any:  # noqa: A002 - argparse's word for it
+def option(default: Any, help: str, flag: str | None = None) -> Any:
     """A Settings field: ``help`` is shown by ``%config RayNB`` and the magics' ``--help``; ``flag`` is the magic flag
     (``--no-X`` for a bool flag that turns the option off)."""
     return dataclasses.field(default=default, metadata={"help": help, "flag": flag})
@@ -38,26 +46,33 @@ class Settings:
     workers: int = option(2, "number of Ray Train workers", "--workers")
     gpu: bool = option(False, "one GPU per worker (NCCL); `--gpu $USE_GPU` takes a notebook variable", "--gpu")
     cpus_per_worker: float = option(1.0, "CPUs each worker reserves (gloo)", "--cpus-per-worker")
-    local_num_cpus: int | None = option(None, "CPUs the embedded head offers (default: what the machine has)",
-                                        "--num-cpus")
-    local_num_gpus: int | None = option(None, "GPUs the embedded head offers (default: what the machine has)",
-                                        "--num-gpus")
-    local_dashboard: bool = option(True, "start the embedded head with Ray's dashboard (needs ray[default])",
-                                   "--no-dashboard")
+    local_num_cpus: int | None = option(
+        None, "CPUs the embedded head offers (default: what the machine has)", "--num-cpus"
+    )
+    local_num_gpus: int | None = option(
+        None, "GPUs the embedded head offers (default: what the machine has)", "--num-gpus"
+    )
+    local_dashboard: bool = option(
+        True, "start the embedded head with Ray's dashboard (needs ray[default])", "--no-dashboard"
+    )
     start_timeout_s: float = option(120.0, "seconds `up --local` waits for the embedded head")
     connect_timeout_s: float = option(60.0, "seconds Ray Client connects may retry")
     health_check_interval_s: float = option(
-        2.0, "how often Ray Train's controller polls workers; a checkpointing ray.train.report() blocks about this "
-        "long (metric-only reports take raynb's non-blocking path)")
+        2.0,
+        "how often Ray Train's controller polls workers; a checkpointing ray.train.report() blocks about this "
+        "long (metric-only reports take raynb's non-blocking path)",
+    )
     fast_train_report: bool = option(True, "route metric-only ray.train.report() to raynb's non-blocking path")
     refresh_hz: float = option(4.0, "live display redraws per second (at most)")
     nccl: NcclMode = option("summary", "NCCL logging: summary (parsed badges), full (raw lines) or off", "--nccl")
-    strict_efa: bool = option(False, "fail a run whose NCCL fell back to sockets while EFA was expected",
-                              "--strict-efa")
+    strict_efa: bool = option(
+        False, "fail a run whose NCCL fell back to sockets while EFA was expected", "--strict-efa"
+    )
     storage_path: str | None = option(None, "where Ray Train keeps run state and checkpoints (default ~/ray_results)")
     kube_context: str | None = option(None, "kubeconfig context (default: the current one)", "--context")
-    kube_namespace: str | None = option(None, "Kubernetes namespace (default: NAMESPACE in the values file)",
-                                        "--namespace")
+    kube_namespace: str | None = option(
+        None, "Kubernetes namespace (default: NAMESPACE in the values file)", "--namespace"
+    )
     kube_start_timeout_s: float = option(900.0, "seconds `up` waits for a Kubernetes RayCluster")
 
 
@@ -101,8 +116,10 @@ def _coerce(name: str, value: Any, source: str) -> Any:
             return float(value)
         value = str(value)
     except (TypeError, ValueError):
-        raise UsageError(f"{name} = {value!r} (from {source}) is not a valid {kind.__name__}.",
-                         fix=f"set {name} to a {kind.__name__} value.") from None
+        raise UsageError(
+            f"{name} = {value!r} (from {source}) is not a valid {kind.__name__}.",
+            fix=f"set {name} to a {kind.__name__} value.",
+        ) from None
     allowed = choices(name)
     if allowed and value not in allowed:
         raise UsageError(f"{name} must be {', '.join(allowed[:-1])} or {allowed[-1]}, not {value!r} (from {source}).")
@@ -159,8 +176,17 @@ def add_flag(parser: Any, name: str, *aliases: str) -> None:
     if kind is bool and flag.startswith("--no-"):
         parser.add_argument(flag, *aliases, dest=name, action="store_const", const=False, default=None, help=help_)
     elif kind is bool:
-        parser.add_argument(flag, *aliases, dest=name, nargs="?", const=True, default=None, type=_argparse_bool,
-                            metavar="BOOL", help=help_)
+        parser.add_argument(
+            flag,
+            *aliases,
+            dest=name,
+            nargs="?",
+            const=True,
+            default=None,
+            type=_argparse_bool,
+            metavar="BOOL",
+            help=help_,
+        )
     else:
         parser.add_argument(flag, *aliases, dest=name, type=kind, choices=choices(name), default=None, help=help_)
 
@@ -170,5 +196,7 @@ def config_traits() -> dict[str, Any]:
     from traitlets import Bool, Float, Integer, Unicode
 
     kinds = {bool: Bool, int: Integer, float: Float, str: Unicode}
-    return {name: kinds[base_type(name)](None, allow_none=True, help=f.metadata["help"]).tag(config=True)
-            for name, f in FIELDS.items()}
+    return {
+        name: kinds[base_type(name)](None, allow_none=True, help=f.metadata["help"]).tag(config=True)
+        for name, f in FIELDS.items()
+    }

@@ -27,8 +27,7 @@ def default_run_name() -> str:
     return "raytrain-" + _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
 
 
-def check_resources(workers: int, gpu: bool, cpus_per_worker: float,
-                    total: dict[str, float] | None = None) -> None:
+def check_resources(workers: int, gpu: bool, cpus_per_worker: float, total: dict[str, float] | None = None) -> None:
     """Refuse a run the cluster can never place, instead of waiting forever. ``total``: the cluster's resources
     (default: asked from the connected cluster)."""
     if total is None:
@@ -43,8 +42,9 @@ def check_resources(workers: int, gpu: bool, cpus_per_worker: float,
         raise InsufficientResourcesError(
             f"{workers} GPU workers were asked for, but the cluster has {have_gpu:g} GPUs.",
             saw=f"cluster resources: {have_cpu:g} CPUs, {have_gpu:g} GPUs",
-            fix=f"use --workers {int(have_gpu)}" if have_gpu >= 1 else
-            "drop --gpu to train on CPUs, or connect to a cluster with GPUs.",
+            fix=f"use --workers {int(have_gpu)}"
+            if have_gpu >= 1
+            else "drop --gpu to train on CPUs, or connect to a cluster with GPUs.",
         )
     if need_cpu > have_cpu:
         fit = int(have_cpu // cpus_per_worker) if cpus_per_worker else 0
@@ -86,26 +86,51 @@ def start_run(
     """Check, serialize and start a run; the caller waits on it (with or without a display)."""
     here = cwd or os.getcwd()
     payload = _payload_of(fn, here)
-    run = _start_payload(payload, settings, config=config, name=name, env=env, cell_file=cell_file,
-                         cell_source=cell_source, cwd=here, worker_env_extra=worker_env_extra)
+    run = _start_payload(
+        payload,
+        settings,
+        config=config,
+        name=name,
+        env=env,
+        cell_file=cell_file,
+        cell_source=cell_source,
+        cwd=here,
+        worker_env_extra=worker_env_extra,
+    )
     return run, payload
 
 
-def _start_payload(payload: bytes, settings: Settings, *, config: dict[str, Any] | None, name: str | None,
-                   env: dict[str, str] | None, cell_file: str | None, cell_source: str | None, cwd: str,
-                   worker_env_extra: dict[str, str] | None = None) -> Run:
+def _start_payload(
+    payload: bytes,
+    settings: Settings,
+    *,
+    config: dict[str, Any] | None,
+    name: str | None,
+    env: dict[str, str] | None,
+    cell_file: str | None,
+    cell_source: str | None,
+    cwd: str,
+    worker_env_extra: dict[str, str] | None = None,
+) -> Run:
     check_resources(settings.workers, settings.gpu, settings.cpus_per_worker)  # before anything waits forever
     name = name or default_run_name()
     user_env = {**(worker_env_extra or {}), **(env or {})}
     cl = current()
     expect_efa, gdr_expected = cl.backend.efa_expected() if cl is not None else (False, None)
     spec = RunSpec(
-        workers=settings.workers, gpu=settings.gpu, cpus_per_worker=settings.cpus_per_worker,
-        config=dict(config or {}), name=name,
-        worker_env=worker_env(settings.nccl, name, gpu=settings.gpu, strict_efa=settings.strict_efa,
-                              user_env=user_env),
-        storage_path=settings.storage_path, cell_file=cell_file, cell_source=cell_source, cwd=cwd,
-        user_env=user_env, expect_efa=expect_efa, gdr_expected=gdr_expected,
+        workers=settings.workers,
+        gpu=settings.gpu,
+        cpus_per_worker=settings.cpus_per_worker,
+        config=dict(config or {}),
+        name=name,
+        worker_env=worker_env(settings.nccl, name, gpu=settings.gpu, strict_efa=settings.strict_efa, user_env=user_env),
+        storage_path=settings.storage_path,
+        cell_file=cell_file,
+        cell_source=cell_source,
+        cwd=cwd,
+        user_env=user_env,
+        expect_efa=expect_efa,
+        gdr_expected=gdr_expected,
     )
     run = Run(spec, settings)
     run._rerun = lambda **changes: _rerun(run, payload, **changes)
@@ -114,14 +139,29 @@ def _start_payload(payload: bytes, settings: Settings, *, config: dict[str, Any]
     return run
 
 
-def _rerun(run: Run, payload: bytes, *, env: dict[str, str] | None, name: str | None,
-           config: dict[str, Any] | None, workers: int | None, display: bool | str | None) -> Run:
+def _rerun(
+    run: Run,
+    payload: bytes,
+    *,
+    env: dict[str, str] | None,
+    name: str | None,
+    config: dict[str, Any] | None,
+    workers: int | None,
+    display: bool | str | None,
+) -> Run:
     settings = dataclasses.replace(run.settings, workers=workers or run.settings.workers)
     user_env = {k: v for k, v in run.spec.worker_env.items() if k in (run.spec.user_env or {})}
-    return _run_payload(payload, settings, config=run.spec.config if config is None else config,
-                        name=name or f"{run.name}-rerun", env={**user_env, **(env or {})},
-                        cell_file=run.spec.cell_file, cell_source=run.spec.cell_source, cwd=run.spec.cwd or os.getcwd(),
-                        display=display)
+    return _run_payload(
+        payload,
+        settings,
+        config=run.spec.config if config is None else config,
+        name=name or f"{run.name}-rerun",
+        env={**user_env, **(env or {})},
+        cell_file=run.spec.cell_file,
+        cell_source=run.spec.cell_source,
+        cwd=run.spec.cwd or os.getcwd(),
+        display=display,
+    )
 
 
 def _run_payload(payload: bytes, settings: Settings, *, display: bool | str | None = None, **kw: Any) -> Run:
@@ -165,5 +205,14 @@ def train(
         settings = resolve_settings({"workers": workers, "gpu": gpu, "cpus_per_worker": cpus_per_worker})
     here = os.getcwd()
     payload = _payload_of(fn, here)
-    return _run_payload(payload, settings, config=config, name=name, env=env, cell_file=cell_file,
-                        cell_source=cell_source, cwd=here, display=display)
+    return _run_payload(
+        payload,
+        settings,
+        config=config,
+        name=name,
+        env=env,
+        cell_file=cell_file,
+        cell_source=cell_source,
+        cwd=here,
+        display=display,
+    )

@@ -57,14 +57,18 @@ class NcclWatcher:
             return
         self._size = size
         with open(self.path, errors="replace") as f:
-            summary = parse(f, expect_efa=bool(self.info.get("expect_efa")),
-                            gdr_expected=self.info.get("gdr_expected"),
-                            env={k: os.environ[k] for k in _NCCL_VARS if k in os.environ})
+            summary = parse(
+                f,
+                expect_efa=bool(self.info.get("expect_efa")),
+                gdr_expected=self.info.get("gdr_expected"),
+                env={k: os.environ[k] for k in _NCCL_VARS if k in os.environ},
+            )
         doc = summary.to_json(evidence=True)
         if doc != self._last:
             self._last = doc
-            self.sink.event.remote({"kind": "nccl", "rank": self.rank, "node": socket.gethostname(),
-                                    "log": self.path, "summary": doc})
+            self.sink.event.remote(
+                {"kind": "nccl", "rank": self.rank, "node": socket.gethostname(), "log": self.path, "summary": doc}
+            )
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
@@ -152,10 +156,18 @@ def run_on_worker(payload: bytes, config: dict[str, Any], sink: Any, info: dict[
     gpu = None
     with contextlib.suppress(Exception):
         gpu = os.environ.get("CUDA_VISIBLE_DEVICES")
-    sink.event.remote({
-        "kind": "worker_started", "rank": rank, "local_rank": ctx.get_local_rank(), "world_size": ctx.get_world_size(),
-        "node": socket.gethostname(), "node_rank": ctx.get_node_rank(), "pid": os.getpid(), "gpu": gpu,
-    })
+    sink.event.remote(
+        {
+            "kind": "worker_started",
+            "rank": rank,
+            "local_rank": ctx.get_local_rank(),
+            "world_size": ctx.get_world_size(),
+            "node": socket.gethostname(),
+            "node_rank": ctx.get_node_rank(),
+            "pid": os.getpid(),
+            "gpu": gpu,
+        }
+    )
     t0 = time.time()
     nccl = NcclWatcher(sink, rank, info)
     try:
@@ -164,8 +176,14 @@ def run_on_worker(payload: bytes, config: dict[str, Any], sink: Any, info: dict[
     except BaseException as e:
         nccl.close()
         rep.close()
-        err = {"kind": "worker_error", "rank": rank, "type": type(e).__name__, "message": str(e),
-               "frames": _frames(e.__traceback__), "node": socket.gethostname()}
+        err = {
+            "kind": "worker_error",
+            "rank": rank,
+            "type": type(e).__name__,
+            "message": str(e),
+            "frames": _frames(e.__traceback__),
+            "node": socket.gethostname(),
+        }
         with contextlib.suppress(Exception):
             ray.get(sink.event.remote(err), timeout=5)
         raise

@@ -10,8 +10,16 @@ import os
 import socket
 from collections.abc import Mapping
 
-__all__ = ["worker_env", "launcher_env", "job_env", "nccl_worker_env", "expand_debug_file", "STRICT_EFA_NET",
-           "TCP_ENV", "WORKER_ENV_DEFAULTS"]
+__all__ = [
+    "worker_env",
+    "launcher_env",
+    "job_env",
+    "nccl_worker_env",
+    "expand_debug_file",
+    "STRICT_EFA_NET",
+    "TCP_ENV",
+    "WORKER_ENV_DEFAULTS",
+]
 
 #: Ray Train prints each worker line twice unless its print patch is off (the cell's prints reach the notebook once).
 _PRINT_ONCE = {"RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}
@@ -27,12 +35,18 @@ WORKER_ENV_DEFAULTS: dict[str, str] = {
 #: NCCL_NET value that makes NCCL use aws-ofi-nccl or fail (aws-ofi-nccl >= 1.12 names its network "Libfabric").
 STRICT_EFA_NET = "Libfabric"
 #: Forces sockets everywhere, like the sample's TCP benchmark (plus no P2P/SHM so one host's GPUs use them too).
-TCP_ENV = {"NCCL_NET": "Socket", "NCCL_NET_PLUGIN": "none", "FI_PROVIDER": "tcp", "NCCL_P2P_DISABLE": "1",
-           "NCCL_SHM_DISABLE": "1"}
+TCP_ENV = {
+    "NCCL_NET": "Socket",
+    "NCCL_NET_PLUGIN": "none",
+    "FI_PROVIDER": "tcp",
+    "NCCL_P2P_DISABLE": "1",
+    "NCCL_SHM_DISABLE": "1",
+}
 
 
-def nccl_worker_env(mode: str, run_name: str, *, strict_efa: bool = False,
-                    user_env: Mapping[str, str] | None = None) -> dict[str, str]:
+def nccl_worker_env(
+    mode: str, run_name: str, *, strict_efa: bool = False, user_env: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """Variables for ``mode`` (summary | full | off); ``user_env`` wins wherever it sets the same name."""
     env: dict[str, str] = {}
     if mode in ("summary", "full"):
@@ -75,8 +89,9 @@ def launcher_env(health_check_interval_s: float) -> dict[str, str]:
     return {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": str(health_check_interval_s), **_PRINT_ONCE}
 
 
-def worker_env(mode: str, run_name: str, *, gpu: bool, strict_efa: bool = False,
-               user_env: Mapping[str, str] | None = None) -> dict[str, str]:
+def worker_env(
+    mode: str, run_name: str, *, gpu: bool, strict_efa: bool = False, user_env: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """Variables of every Train worker: raynb's defaults, NCCL's (GPU runs), then the user's (which win)."""
     extra = nccl_worker_env(mode, run_name, strict_efa=strict_efa, user_env=user_env) if gpu else dict(user_env or {})
     return {**WORKER_ENV_DEFAULTS, **extra}

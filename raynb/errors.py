@@ -67,9 +67,11 @@ class NotConnectedError(RaynbError):
 
 def not_connected() -> NotConnectedError:
     """The one wording for "this kernel has no cluster to talk to"."""
-    return NotConnectedError("This kernel is not connected to a Ray cluster.",
-                             fix="run `%raycluster up --local` (raynb.up(local=True)), or `%raycluster up --values F` "
-                             "for a RayCluster on Kubernetes.")
+    return NotConnectedError(
+        "This kernel is not connected to a Ray cluster.",
+        fix="run `%raycluster up --local` (raynb.up(local=True)), or `%raycluster up --values F` "
+        "for a RayCluster on Kubernetes.",
+    )
 
 
 class KubeError(RaynbError):

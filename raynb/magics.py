@@ -42,8 +42,11 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _train_parser() -> _Parser:
-    p = _Parser(prog="%%raytrain", add_help=True,
-                description="Run the cell as Ray Train's train_loop_per_worker(config) on N workers.")
+    p = _Parser(
+        prog="%%raytrain",
+        add_help=True,
+        description="Run the cell as Ray Train's train_loop_per_worker(config) on N workers.",
+    )
     add_flag(p, "workers", "-n")
     g = p.add_mutually_exclusive_group()
     add_flag(g, "gpu")
@@ -64,8 +67,11 @@ def _cluster_parser() -> _Parser:
     upp.add_argument("--local", action="store_true", help="the embedded local cluster (default)")
     add_flag(upp, "local_num_cpus")
     add_flag(upp, "local_num_gpus")
-    upp.add_argument("--timeout", type=float, help="seconds to wait for the cluster (embedded: start_timeout_s, "
-                     "Kubernetes: kube_start_timeout_s)")
+    upp.add_argument(
+        "--timeout",
+        type=float,
+        help="seconds to wait for the cluster (embedded: start_timeout_s, Kubernetes: kube_start_timeout_s)",
+    )
     add_flag(upp, "local_dashboard")
     k = upp.add_argument_group("Kubernetes (any of these creates the DLC RayCluster instead of the local cluster)")
     k.add_argument("--k8s", action="store_true", help="the DLC RayCluster with the default values file")
@@ -125,8 +131,8 @@ def split_config_expr(line: str) -> tuple[str, str | None]:
     m = _CONFIG_FLAG.search(line)
     if not m:
         return line, None
-    rest = line[m.end():]
-    ends = [len(rest)] + [i for i in (mm.start() for mm in re.finditer(r"\s--[a-zA-Z]", rest))]
+    rest = line[m.end() :]
+    ends = [len(rest), *[mm.start() for mm in re.finditer(r"\s--[a-zA-Z]", rest)]]
     for end in sorted(set(ends), reverse=True):
         expr = rest[:end].strip()
         if not expr:
@@ -136,14 +142,17 @@ def split_config_expr(line: str) -> tuple[str, str | None]:
         except SyntaxError:
             continue
         return (line[: m.start()].rstrip() + " " + rest[end:].lstrip()).strip(), expr
-    raise UsageError("%%raytrain: --config needs a Python expression, e.g. --config {'lr': 0.01} or --config cfg",
-                     saw=f"--config {rest.strip()}")
+    raise UsageError(
+        "%%raytrain: --config needs a Python expression, e.g. --config {'lr': 0.01} or --config cfg",
+        saw=f"--config {rest.strip()}",
+    )
 
 
 @magics_class
 class RayNBMagics(Magics):
     def __init__(self, shell: Any) -> None:
         super().__init__(shell)
+        self.ip: Any = shell
         self.options = RayNB(parent=shell)
 
     def _settings(self, flags: dict[str, Any]) -> Settings:
@@ -163,30 +172,56 @@ class RayNBMagics(Magics):
             raise UsageError(f"%raycluster: {e}") from None
         cmd = args.command or "status"
         if cmd == "up":
-            kube = bool(args.k8s or args.values or args.overrides or args.kube_context or args.kube_namespace
-                        or args.kubeconfig or args.recreate or args.no_connect)
+            kube = bool(
+                args.k8s
+                or args.values
+                or args.overrides
+                or args.kube_context
+                or args.kube_namespace
+                or args.kubeconfig
+                or args.recreate
+                or args.no_connect
+            )
             if kube and args.local:
-                raise UsageError("%raycluster up: --local cannot be combined with Kubernetes options",
-                                 fix="drop --local to create the RayCluster, or drop the Kubernetes options")
+                raise UsageError(
+                    "%raycluster up: --local cannot be combined with Kubernetes options",
+                    fix="drop --local to create the RayCluster, or drop the Kubernetes options",
+                )
             if kube:
-                settings = self._settings({"kube_start_timeout_s": args.timeout, "kube_context": args.kube_context,
-                                           "kube_namespace": args.kube_namespace})
-                return C.up(local=False, values=args.values,
-                            set=parse_assignments(args.overrides, "%raycluster up: --set"),
-                            kubeconfig=args.kubeconfig, recreate=args.recreate, connect=not args.no_connect,
-                            settings=settings)
-            settings = self._settings({"local_num_cpus": args.local_num_cpus, "local_num_gpus": args.local_num_gpus,
-                                       "start_timeout_s": args.timeout, "local_dashboard": args.local_dashboard})
+                settings = self._settings(
+                    {
+                        "kube_start_timeout_s": args.timeout,
+                        "kube_context": args.kube_context,
+                        "kube_namespace": args.kube_namespace,
+                    }
+                )
+                return C.up(
+                    local=False,
+                    values=args.values,
+                    set=parse_assignments(args.overrides, "%raycluster up: --set"),
+                    kubeconfig=args.kubeconfig,
+                    recreate=args.recreate,
+                    connect=not args.no_connect,
+                    settings=settings,
+                )
+            settings = self._settings(
+                {
+                    "local_num_cpus": args.local_num_cpus,
+                    "local_num_gpus": args.local_num_gpus,
+                    "start_timeout_s": args.timeout,
+                    "local_dashboard": args.local_dashboard,
+                }
+            )
             return C.up(local=True, settings=settings)
         if cmd == "down":
-            kube = self._settings({"kube_context": args.kube_context, "kube_namespace": args.kube_namespace})
-            stopped = C.down(args.name, namespace=kube.kube_namespace, context=kube.kube_context)
+            where = self._settings({"kube_context": args.kube_context, "kube_namespace": args.kube_namespace})
+            stopped = C.down(args.name, namespace=where.kube_namespace, context=where.kube_context)
             if args.name is None:
                 print("cluster stopped" if stopped else "no cluster was running")
             return None
         if cmd == "list":
-            kube = self._settings({"kube_context": args.kube_context, "kube_namespace": args.kube_namespace})
-            rows = C.clusters(namespace=kube.kube_namespace, context=kube.kube_context)
+            where = self._settings({"kube_context": args.kube_context, "kube_namespace": args.kube_namespace})
+            rows = C.clusters(namespace=where.kube_namespace, context=where.kube_context)
             print(_cluster_table(rows))
             return None
         if cmd == "render":
@@ -209,8 +244,12 @@ class RayNBMagics(Magics):
             from ._probe import bench
 
             settings = self._settings({"workers": args.workers, "gpu": args.gpu})
-            return bench(gpu=args.gpu, settings=settings if (args.workers or args.gpu) else None,
-                         sizes=parse_sizes(args.sizes) if args.sizes else None, compare_tcp=args.compare_tcp)
+            return bench(
+                gpu=args.gpu,
+                settings=settings if (args.workers or args.gpu) else None,
+                sizes=parse_sizes(args.sizes) if args.sizes else None,
+                compare_tcp=args.compare_tcp,
+            )
         if cmd == "dashboard":
             return _Link("Ray dashboard", cur.dashboard_url) if cur.dashboard_url else None
         return cur.status()
@@ -232,27 +271,33 @@ class RayNBMagics(Magics):
         config: dict[str, Any] = {}
         if config_expr is not None:
             try:
-                config = eval(config_expr, self.shell.user_ns)  # noqa: S307 - the user's own notebook expression
+                config = eval(config_expr, self.ip.user_ns)
             except Exception as e:  # noqa: BLE001
                 raise UsageError(f"%%raytrain: --config {config_expr} failed: {type(e).__name__}: {e}") from None
             if not isinstance(config, dict):
                 raise UsageError(f"%%raytrain: --config must give a dict, got {type(config).__name__}")
-        settings = self._settings({
-            "workers": args.workers, "gpu": args.gpu, "cpus_per_worker": args.cpus_per_worker,
-            "nccl": args.nccl, "strict_efa": args.strict_efa,
-        })
+        settings = self._settings(
+            {
+                "workers": args.workers,
+                "gpu": args.gpu,
+                "cpus_per_worker": args.cpus_per_worker,
+                "nccl": args.nccl,
+                "strict_efa": args.strict_efa,
+            }
+        )
         full_cell = f"%%raytrain {line}\n{cell}"
-        filename = self.shell.compile.cache(full_cell, self.shell.execution_count)
-        fn = compile_cell(cell, self.shell.user_ns, filename=filename, first_line=2)
+        filename = self.ip.compile.cache(full_cell, self.ip.execution_count)
+        fn = compile_cell(cell, self.ip.user_ns, filename=filename, first_line=2)
         try:
-            run = train(fn, config=config, name=args.name, env=env, settings=settings, cell_file=filename,
-                        cell_source=full_cell)
+            run = train(
+                fn, config=config, name=args.name, env=env, settings=settings, cell_file=filename, cell_source=full_cell
+            )
         except RunAborted as e:
             if args.out:
-                self.shell.user_ns[args.out] = e.run
+                self.ip.user_ns[args.out] = e.run
             raise
         if args.out:
-            self.shell.user_ns[args.out] = run
+            self.ip.user_ns[args.out] = run
         run.raise_for_status()
 
 
@@ -266,8 +311,10 @@ class _Link:
         import html
 
         u = html.escape(self.url)
-        return {"text/plain": f"{self.label}: {self.url}",
-                "text/html": f'<a href="{u}" target="_blank">{html.escape(self.label)}: {u}</a>'}
+        return {
+            "text/plain": f"{self.label}: {self.url}",
+            "text/html": f'<a href="{u}" target="_blank">{html.escape(self.label)}: {u}</a>',
+        }
 
 
 _LIST_COLUMNS = ("name", "namespace", "kind", "state", "image")
@@ -276,8 +323,10 @@ _LIST_COLUMNS = ("name", "namespace", "kind", "state", "image")
 def _cluster_table(rows: list[dict[str, str]]) -> str:
     """``%raycluster list`` as a table with headers (and a hint when there is nothing)."""
     if not rows:
-        return ("no clusters: `%raycluster up --local` starts the embedded one, `%raycluster up --values F` a "
-                "RayCluster on Kubernetes")
+        return (
+            "no clusters: `%raycluster up --local` starts the embedded one, `%raycluster up --values F` a "
+            "RayCluster on Kubernetes"
+        )
     widths = {c: max(len(c), *(len(r.get(c, "")) for r in rows)) for c in _LIST_COLUMNS}
     line = "  ".join(f"{{:<{widths[c]}}}" for c in _LIST_COLUMNS)
     out = [line.format(*(c.upper() for c in _LIST_COLUMNS))]
@@ -303,4 +352,3 @@ def unregister(ip: Any) -> None:
     if magics.options in ip.configurables:
         ip.configurables.remove(magics.options)
     del ip._raynb_magics
-

@@ -21,14 +21,24 @@ import yaml
 
 from .errors import ManifestError, RaynbError
 
-__all__ = ["ManifestError", "MANIFESTS", "load_values", "load_presets", "resolve_values", "render", "render_yaml",
-           "validate", "values_from_spec", "head_image", "main"]
+__all__ = [
+    "ManifestError",
+    "MANIFESTS",
+    "load_values",
+    "load_presets",
+    "resolve_values",
+    "render",
+    "render_yaml",
+    "validate",
+    "values_from_spec",
+    "head_image",
+    "main",
+]
 
 MANIFESTS = Path(__file__).resolve().parents[1] / "manifests"
 _VAR = re.compile(r"\$\{([A-Z_][A-Z0-9_]*)\}|\$([A-Z_][A-Z0-9_]*)")
 #: Variables a preset supplies (unless given with --set).
 DERIVED = ("GPUS_PER_NODE", "EFA_PER_NODE", "WORKER_CPU", "WORKER_MEMORY")
-
 
 
 def load_values(path: str | Path | None = None) -> dict[str, str]:
@@ -37,8 +47,10 @@ def load_values(path: str | Path | None = None) -> dict[str, str]:
     try:
         text = path.read_text()
     except OSError as e:
-        raise ManifestError(f"Cannot read the values file {path}: {e.strerror}.",
-                            fix=f"pass an existing file, e.g. --values {MANIFESTS / 'values.env'}") from None
+        raise ManifestError(
+            f"Cannot read the values file {path}: {e.strerror}.",
+            fix=f"pass an existing file, e.g. --values {MANIFESTS / 'values.env'}",
+        ) from None
     out: dict[str, str] = {}
     for n, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
@@ -47,8 +59,10 @@ def load_values(path: str | Path | None = None) -> dict[str, str]:
         line = line.removeprefix("export ").strip()
         key, sep, value = line.partition("=")
         if not sep or not re.fullmatch(r"[A-Z_][A-Z0-9_]*", key.strip()):
-            raise ManifestError(f"Line {n} of {path} is not KEY=VALUE: {raw!r}",
-                                fix="use shell variable syntax, e.g. GPU_NODE_TYPE=g6.12xlarge")
+            raise ManifestError(
+                f"Line {n} of {path} is not KEY=VALUE: {raw!r}",
+                fix="use shell variable syntax, e.g. GPU_NODE_TYPE=g6.12xlarge",
+            )
         value = value.split(" #", 1)[0].strip()
         if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
             value = value[1:-1]
@@ -62,8 +76,11 @@ def load_presets(path: str | None = None) -> dict[str, dict[str, Any]]:
         return yaml.safe_load(f)
 
 
-def resolve_values(values: Mapping[str, str] | None = None, overrides: Mapping[str, str] | None = None,
-                   presets: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, str]:
+def resolve_values(
+    values: Mapping[str, str] | None = None,
+    overrides: Mapping[str, str] | None = None,
+    presets: Mapping[str, Mapping[str, Any]] | None = None,
+) -> dict[str, str]:
     """Values file + overrides, with the instance preset's numbers for what the overrides do not set."""
     merged = {**(values if values is not None else load_values()), **(overrides or {})}
     presets = presets if presets is not None else load_presets()
@@ -75,7 +92,8 @@ def resolve_values(values: Mapping[str, str] | None = None, overrides: Mapping[s
             raise ManifestError(
                 f"Unknown GPU instance type {itype!r}.",
                 saw=f"presets exist for {', '.join(sorted(presets))}",
-                fix="pick one of those, or give all of " + ", ".join(f"--set {k}=..." for k in DERIVED) + ".")
+                fix="pick one of those, or give all of " + ", ".join(f"--set {k}=..." for k in DERIVED) + ".",
+            )
         merged["GPUDIRECT_RDMA"] = merged.get("GPUDIRECT_RDMA", "false")
         return merged
     derived = {
@@ -94,21 +112,29 @@ def resolve_values(values: Mapping[str, str] | None = None, overrides: Mapping[s
 def _substitute(text: str, values: Mapping[str, str]) -> str:
     missing = sorted({m[1] or m[2] for m in _VAR.finditer(text)} - set(values))
     if missing:
-        raise ManifestError(f"The values do not set {', '.join(missing)}.",
-                            fix="add them to the values file or pass --set " + " --set ".join(f"{k}=..." for k in missing))
+        raise ManifestError(
+            f"The values do not set {', '.join(missing)}.",
+            fix="add them to the values file or pass --set " + " --set ".join(f"{k}=..." for k in missing),
+        )
     return _VAR.sub(lambda m: values[m[1] or m[2]], text)
 
 
-def render(values: Mapping[str, str] | None = None, overrides: Mapping[str, str] | None = None, *,
-           template: str | Path | None = None) -> dict[str, Any]:
+def render(
+    values: Mapping[str, str] | None = None,
+    overrides: Mapping[str, str] | None = None,
+    *,
+    template: str | Path | None = None,
+) -> dict[str, Any]:
     """The RayCluster object for these values (preset applied; EFA request and variables only where EFA exists)."""
     vals = resolve_values(values, overrides)
     text = Path(template or MANIFESTS / "raycluster.yaml").read_text()
     try:
         obj = yaml.safe_load(_substitute(text, vals))
     except yaml.YAMLError as e:
-        raise ManifestError(f"The rendered manifest is not valid YAML: {e}",
-                            fix="check values that contain ':' or '#', quote them in the values file") from None
+        raise ManifestError(
+            f"The rendered manifest is not valid YAML: {e}",
+            fix="check values that contain ':' or '#', quote them in the values file",
+        ) from None
     for group in obj["spec"]["workerGroupSpecs"]:
         for c in group["template"]["spec"]["containers"]:
             res = c.setdefault("resources", {})
@@ -138,15 +164,20 @@ def values_from_spec(rc: Mapping[str, Any]) -> dict[str, str]:
     """The inverse of :func:`render`, as far as a live RayCluster tells: the values raynb needs to work with a cluster
     it did not create in this kernel (versions, image, instance type, GPUs, EFA, GPUDirect RDMA)."""
     ann = rc.get("metadata", {}).get("annotations", {})
-    vals = {"RAY_VERSION": rc["spec"].get("rayVersion", ""), "PYTHON_VERSION": ann.get("raynb.io/python-version", ""),
-            "DLC_IMAGE": head_image(rc), "GPU_NODE_TYPE": ann.get("raynb.io/gpu-node-type", "")}
+    vals = {
+        "RAY_VERSION": rc["spec"].get("rayVersion", ""),
+        "PYTHON_VERSION": ann.get("raynb.io/python-version", ""),
+        "DLC_IMAGE": head_image(rc),
+        "GPU_NODE_TYPE": ann.get("raynb.io/gpu-node-type", ""),
+    }
     for g in rc["spec"].get("workerGroupSpecs", []):
         for c in g["template"]["spec"]["containers"]:
             req = (c.get("resources") or {}).get("requests") or {}
             vals["EFA_PER_NODE"] = str(req.get("vpc.amazonaws.com/efa", "0"))
             vals["GPUS_PER_NODE"] = str(req.get("nvidia.com/gpu", "0"))
-            vals["GPUDIRECT_RDMA"] = "true" if any(e.get("name") == "FI_EFA_USE_DEVICE_RDMA"
-                                                   for e in c.get("env", [])) else "false"
+            vals["GPUDIRECT_RDMA"] = (
+                "true" if any(e.get("name") == "FI_EFA_USE_DEVICE_RDMA" for e in c.get("env", [])) else "false"
+            )
     return vals
 
 

@@ -4,11 +4,14 @@
 list for several files). Reads NCCL 2.4-2.29 formats with or without launcher prefixes (Ray, torchrun, mpirun,
 CloudWatch) and both aws-ofi-nccl network names ("AWS Libfabric" <= 1.11, "Libfabric" >= 1.12). No Ray here.
 
-Rules (see shared reference nccl-logs.md): the transport comes from channel lines (``via P2P|SHM|NET/<name>``),
+Rules (real lines in tests/fixtures/nccl): the transport comes from channel lines (``via P2P|SHM|NET/<name>``),
 connected lazily since NCCL 2.22 -- so parse after the first collective; ``Using network X`` names the network
 NCCL picked. A faster network counts as requested when the log shows ``NCCL_NET_PLUGIN``/``NCCL_NET`` set by the
 environment, aws-ofi-nccl trying to start, or the caller says EFA was expected. Then ending on sockets, or failing
 to initialise it, is a fallback.
+
+Why this module is long: NCCL's log lines differ across versions (2.4 to 2.29, with and without aws-ofi-nccl);
+the patterns, the verdict they lead to and the command line sit together so a new format is one edit.
 """
 
 from __future__ import annotations
@@ -33,8 +36,10 @@ _PREFIXES = [
     re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?\]\s*"),  # WARN timestamps (2.26+)
 ]
 _RAY_DEDUP = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
-_HEADER = re.compile(r"^(?:(?P<host>[\w.\-<>]+):(?P<pid>\d+):(?P<tid>\d+)\s+\[(?P<dev>[^\]]*)\]\s+)?"
-                     r"(?:(?P<src>[\w./-]+:\d+)\s+)?NCCL (?P<level>INFO|WARN|TRACE)\s+(?P<msg>.*)$")
+_HEADER = re.compile(
+    r"^(?:(?P<host>[\w.\-<>]+):(?P<pid>\d+):(?P<tid>\d+)\s+\[(?P<dev>[^\]]*)\]\s+)?"
+    r"(?:(?P<src>[\w./-]+:\d+)\s+)?NCCL (?P<level>INFO|WARN|TRACE)\s+(?P<msg>.*)$"
+)
 _PDSH = re.compile(r"^[\w.\-]+:\s+(?=[\w.\-]+:\d+:\d+ \[)")
 
 
@@ -65,8 +70,10 @@ _NET_CH = re.compile(r"via NET/(?P<name>[A-Za-z][\w ]*?)/\d+(?:\(\d+\))?(?P<rest
 _RINGS_GDR = re.compile(r"Connected all rings, use ring PXN \d+ GDR (\d)")
 _PROVIDER = re.compile(r"NET/OFI Selected [Pp]rovider is (\w[\w-]*)")
 _OFI_VER = re.compile(r"NET/OFI (?:Initializing|Using) aws-ofi-nccl (\S+)")
-_ENV_SET = re.compile(r"^(NCCL_NET_PLUGIN|NCCL_NET|FI_PROVIDER|NCCL_IB_DISABLE|NCCL_P2P_DISABLE|NCCL_SHM_DISABLE"
-                      r"|NCCL_SOCKET_IFNAME) set by environment to (.*?)\.?\s*$")
+_ENV_SET = re.compile(
+    r"^(NCCL_NET_PLUGIN|NCCL_NET|FI_PROVIDER|NCCL_IB_DISABLE|NCCL_P2P_DISABLE|NCCL_SHM_DISABLE"
+    r"|NCCL_SOCKET_IFNAME) set by environment to (.*?)\.?\s*$"
+)
 _NVLS_OFF = re.compile(r"NVLS multicast support is not available")
 
 _FATAL = [
@@ -74,17 +81,25 @@ _FATAL = [
     (re.compile(r"Error: network (.+?) not found"), "NCCL_NET names a network that is not there"),
 ]
 _OFI_FAIL = [
-    re.compile(r"aws-ofi-nccl initialization failed"), re.compile(r"NET/OFI Initializing plugin failed"),
-    re.compile(r"No eligible providers"), re.compile(r"fi_getinfo\(\) call failed"),
-    re.compile(r"provider efa output empty list"), re.compile(r"Only EFA provider is supported"),
-    re.compile(r"Failed to initialize NET plugin (?:AWS )?Libfabric"), re.compile(r"Could not find any optimal provider"),
+    re.compile(r"aws-ofi-nccl initialization failed"),
+    re.compile(r"NET/OFI Initializing plugin failed"),
+    re.compile(r"No eligible providers"),
+    re.compile(r"fi_getinfo\(\) call failed"),
+    re.compile(r"provider efa output empty list"),
+    re.compile(r"Only EFA provider is supported"),
+    re.compile(r"Failed to initialize NET plugin (?:AWS )?Libfabric"),
+    re.compile(r"Could not find any optimal provider"),
     re.compile(r"GDR disabled on GDR-supported instance type"),
 ]
-_PLUGIN_MISSING = re.compile(r"NET/Plugin ?: ?(?:Could not find: (?P<names>.+?)(?:\.? Using internal.*|\.\s*)?$"
-                             r"|Plugin load \((?P<lib>[^)]+)\) returned|dlerror=.*?(?P<lib2>libnccl-net[\w-]*\.so))")
+_PLUGIN_MISSING = re.compile(
+    r"NET/Plugin ?: ?(?:Could not find: (?P<names>.+?)(?:\.? Using internal.*|\.\s*)?$"
+    r"|Plugin load \((?P<lib>[^)]+)\) returned|dlerror=.*?(?P<lib2>libnccl-net[\w-]*\.so))"
+)
 _HARMLESS = [
-    re.compile(r"Failed to find ncclCollNetPlugin"), re.compile(r"NET/IB ?: No device found"),
-    re.compile(r"(?:ENV|PROFILER|TUNER)/Plugin: Could not find"), re.compile(r"Plugin name set by env to libnccl-net\.so"),
+    re.compile(r"Failed to find ncclCollNetPlugin"),
+    re.compile(r"NET/IB ?: No device found"),
+    re.compile(r"(?:ENV|PROFILER|TUNER)/Plugin: Could not find"),
+    re.compile(r"Plugin name set by env to libnccl-net\.so"),
 ]
 
 _EFA_NAMES = {"libfabric", "aws libfabric", "ofi"}
@@ -111,8 +126,18 @@ class NcclSummary:
     rank: int | None = None
 
     def to_json(self, evidence: bool = False) -> dict[str, object]:
-        keys = ["nccl_version", "ranks", "nodes", "intra_node", "inter_node", "network", "gdr", "fallback",
-                "severity", "messages"]
+        keys = [
+            "nccl_version",
+            "ranks",
+            "nodes",
+            "intra_node",
+            "inter_node",
+            "network",
+            "gdr",
+            "fallback",
+            "severity",
+            "messages",
+        ]
         d = asdict(self)
         out = {k: d[k] for k in keys}
         if evidence:
@@ -150,8 +175,13 @@ def _requested_faster(env: Mapping[str, str]) -> str | None:
     return None
 
 
-def parse(lines: Iterable[str] | str, *, expect_efa: bool = False, gdr_expected: bool | None = None,
-          env: Mapping[str, str] | None = None) -> NcclSummary:
+def parse(
+    lines: Iterable[str] | str,
+    *,
+    expect_efa: bool = False,
+    gdr_expected: bool | None = None,
+    env: Mapping[str, str] | None = None,
+) -> NcclSummary:
     """Summarise one process's NCCL log. ``env``: the variables the process ran with, when the log lacks them."""
     if isinstance(lines, str):
         lines = lines.splitlines()
@@ -180,8 +210,11 @@ def parse(lines: Iterable[str] | str, *, expect_efa: bool = False, gdr_expected:
         if (m := _VERSION.search(msg)) and s.nccl_version is None:
             s.nccl_version = m[1]
             continue
-        if level is None and not msg.startswith(("NET/", "Channel", "Ring", "Using network", "libfabric")) \
-                and "fi_getinfo" not in msg:
+        if (
+            level is None
+            and not msg.startswith(("NET/", "Channel", "Ring", "Using network", "libfabric"))
+            and "fi_getinfo" not in msg
+        ):
             continue
         if m := _COMM.search(msg):
             nodes = int(m[3])
@@ -232,7 +265,7 @@ def parse(lines: Iterable[str] | str, *, expect_efa: bool = False, gdr_expected:
             ofi_fail.append(msg)
             ofi_seen = True
             keep(msg)
-        if (m := _PLUGIN_MISSING.search(msg)):
+        if m := _PLUGIN_MISSING.search(msg):
             names = m["names"] or m["lib"] or m["lib2"] or ""
             plugin_missing.append(names.strip())
             keep(msg)
@@ -251,7 +284,7 @@ def parse(lines: Iterable[str] | str, *, expect_efa: bool = False, gdr_expected:
         s.intra_node = "net"
     if s.local_ranks == 1 or s.ranks == 1:
         s.intra_node = None
-    if s.nodes is not None and s.nodes > 1 or (s.nodes is None and "NET" in kinds):
+    if (s.nodes is not None and s.nodes > 1) or (s.nodes is None and "NET" in kinds):
         name = net_name.lower()
         if name in _EFA_NAMES:
             s.inter_node = "efa" if (s.provider in (None, "efa")) else "other"
@@ -290,63 +323,94 @@ def parse(lines: Iterable[str] | str, *, expect_efa: bool = False, gdr_expected:
         at_least("error")
         msgs.append(f"{fatal[0]}. NCCL cannot start its communicator; the job fails instead of running slowly.")
         if (seen_env.get("NCCL_NET") or "").strip():
-            msgs.append(f"NCCL_NET={seen_env['NCCL_NET']} forbids any other network: install/enable that network's "
-                        "plugin (for EFA: the aws-ofi-nccl library and a vpc.amazonaws.com/efa resource), or unset "
-                        "NCCL_NET to allow a (slower) fallback.")
+            msgs.append(
+                f"NCCL_NET={seen_env['NCCL_NET']} forbids any other network: install/enable that network's "
+                "plugin (for EFA: the aws-ofi-nccl library and a vpc.amazonaws.com/efa resource), or unset "
+                "NCCL_NET to allow a (slower) fallback."
+            )
     if ofi_fail:
         at_least("error")
-        msgs.append(f"aws-ofi-nccl failed to start: {ofi_fail[0]}. Check that the pod requests "
-                    "vpc.amazonaws.com/efa, the EFA device plugin runs on the node (it exposes /dev/infiniband), "
-                    "and FI_PROVIDER=efa.")
+        msgs.append(
+            f"aws-ofi-nccl failed to start: {ofi_fail[0]}. Check that the pod requests "
+            "vpc.amazonaws.com/efa, the EFA device plugin runs on the node (it exposes /dev/infiniband), "
+            "and FI_PROVIDER=efa."
+        )
     if requested_missing and not ofi_fail:
-        msgs.append(f"The network plugin that was asked for did not load ({', '.join(requested_missing)}): "
-                    "the library is not on the image or not on LD_LIBRARY_PATH.")
+        msgs.append(
+            f"The network plugin that was asked for did not load ({', '.join(requested_missing)}): "
+            "the library is not on the image or not on LD_LIBRARY_PATH."
+        )
     if s.inter_node == "socket":
         if requested:
             at_least("error")
-            msgs.append(f"Traffic between nodes goes over TCP sockets although a faster network was asked for "
-                        f"({requested}): a silent fallback, typically at half the speed or worse. Likely causes: "
-                        "the EFA resource is not requested, the EFA device plugin is missing, the aws-ofi-nccl "
-                        "library was not found, or FI_PROVIDER is not efa.")
+            msgs.append(
+                f"Traffic between nodes goes over TCP sockets although a faster network was asked for "
+                f"({requested}): a silent fallback, typically at half the speed or worse. Likely causes: "
+                "the EFA resource is not requested, the EFA device plugin is missing, the aws-ofi-nccl "
+                "library was not found, or FI_PROVIDER is not efa."
+            )
         else:
             at_least("warn")
-            msgs.append("Traffic between nodes goes over TCP sockets, the slowest transport. On EFA instances set "
-                        "FI_PROVIDER=efa and NCCL_NET_PLUGIN=ofi and request vpc.amazonaws.com/efa.")
+            msgs.append(
+                "Traffic between nodes goes over TCP sockets, the slowest transport. On EFA instances set "
+                "FI_PROVIDER=efa and NCCL_NET_PLUGIN=ofi and request vpc.amazonaws.com/efa."
+            )
     elif s.fallback and ended_on_socket:
         at_least("warn")
-        msgs.append(f"A faster network was asked for ({requested}) but NCCL settled on sockets. This run's ranks "
-                    "share a node, so traffic did not cross it; across nodes it would go over TCP.")
+        msgs.append(
+            f"A faster network was asked for ({requested}) but NCCL settled on sockets. This run's ranks "
+            "share a node, so traffic did not cross it; across nodes it would go over TCP."
+        )
     if s.inter_node == "efa":
         if s.gdr:
             msgs.append("Traffic between nodes goes over EFA with GPUDirect RDMA.")
         elif gdr_expected:
             at_least("warn")
-            msgs.append("Traffic between nodes goes over EFA but without GPUDirect RDMA, which this instance type "
-                        "supports: set FI_EFA_USE_DEVICE_RDMA=1 and check the aws-ofi-nccl platform log lines.")
+            msgs.append(
+                "Traffic between nodes goes over EFA but without GPUDirect RDMA, which this instance type "
+                "supports: set FI_EFA_USE_DEVICE_RDMA=1 and check the aws-ofi-nccl platform log lines."
+            )
         else:
-            msgs.append("Traffic between nodes goes over EFA without GPUDirect RDMA (host-staged), as expected on "
-                        "instances such as g6 that have no GPUDirect RDMA.")
+            msgs.append(
+                "Traffic between nodes goes over EFA without GPUDirect RDMA (host-staged), as expected on "
+                "instances such as g6 that have no GPUDirect RDMA."
+            )
     elif s.inter_node == "ib":
-        msgs.append("Traffic between nodes goes over InfiniBand/RoCE" + (" with GPUDirect RDMA." if s.gdr else
-                                                                          " without GPUDirect RDMA."))
+        msgs.append(
+            "Traffic between nodes goes over InfiniBand/RoCE"
+            + (" with GPUDirect RDMA." if s.gdr else " without GPUDirect RDMA.")
+        )
         if not s.gdr:
             at_least("warn")
     elif s.inter_node == "other":
         at_least("warn")
-        msgs.append(f"Traffic between nodes goes over NCCL network '{net_name}'"
-                    + (f" (libfabric provider {s.provider}, not EFA)" if s.provider else "") + ".")
-    if (s.nodes or 0) > 1 and s.local_ranks == 1 and seen_env.get("NCCL_P2P_DISABLE") == "1" \
-            and seen_env.get("NCCL_SHM_DISABLE") == "1":
-        msgs.append("NCCL_P2P_DISABLE and NCCL_SHM_DISABLE are set: NCCL then counts every GPU as a node of its own, "
-                    "so GPUs in one machine also talk over the network.")
+        msgs.append(
+            f"Traffic between nodes goes over NCCL network '{net_name}'"
+            + (f" (libfabric provider {s.provider}, not EFA)" if s.provider else "")
+            + "."
+        )
+    if (
+        (s.nodes or 0) > 1
+        and s.local_ranks == 1
+        and seen_env.get("NCCL_P2P_DISABLE") == "1"
+        and seen_env.get("NCCL_SHM_DISABLE") == "1"
+    ):
+        msgs.append(
+            "NCCL_P2P_DISABLE and NCCL_SHM_DISABLE are set: NCCL then counts every GPU as a node of its own, "
+            "so GPUs in one machine also talk over the network."
+        )
     if s.intra_node == "shm":
         at_least("warn")
-        msgs.append("GPUs on the same node talk through host shared memory, not P2P/NVLink: about 10x slower on "
-                    "NVLink machines (NCCL_P2P_DISABLE set, or P2P unavailable, e.g. some VMs).")
+        msgs.append(
+            "GPUs on the same node talk through host shared memory, not P2P/NVLink: about 10x slower on "
+            "NVLink machines (NCCL_P2P_DISABLE set, or P2P unavailable, e.g. some VMs)."
+        )
     elif s.intra_node == "net":
         at_least("warn")
-        msgs.append("GPUs on the same node talk through the network stack (P2P and SHM disabled or unavailable): "
-                    "the slowest intra-node path.")
+        msgs.append(
+            "GPUs on the same node talk through the network stack (P2P and SHM disabled or unavailable): "
+            "the slowest intra-node path."
+        )
     elif s.intra_node == "p2p":
         msgs.append("GPUs on the same node talk peer-to-peer (NVLink/PCIe).")
     if not kinds and not fatal and s.ranks not in (None, 1):

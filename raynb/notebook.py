@@ -20,8 +20,10 @@ from typing import Any
 
 __all__ = ["execute", "Summary", "main"]
 
-_RUN_ATTRS = re.compile(r'class="raynb-run" data-run="([^"]*)" data-status="([^"]*)" data-phase="[^"]*" '
-                        r'data-step="(\d+)" data-records="(\d+)"')
+_RUN_ATTRS = re.compile(
+    r'class="raynb-run" data-run="([^"]*)" data-status="([^"]*)" data-phase="[^"]*" '
+    r'data-step="(\d+)" data-records="(\d+)"'
+)
 
 
 @dataclass
@@ -34,7 +36,9 @@ class Summary:
     errors: list[str] = field(default_factory=list)
 
     def text(self) -> str:
-        lines = [f"executed {self.notebook} in {self.seconds:.0f} s -> {self.output} ({self.size_bytes / 1024:.0f} KiB)"]
+        lines = [
+            f"executed {self.notebook} in {self.seconds:.0f} s -> {self.output} ({self.size_bytes / 1024:.0f} KiB)"
+        ]
         for r in self.runs:
             lines.append(f"  run {r['name']}: {r['status']} at step {r['step']} ({r['records']} reports)")
         for e in self.errors:
@@ -74,8 +78,15 @@ def summarise(nb: Any) -> tuple[list[dict[str, Any]], list[str]]:
     return runs, errors
 
 
-def execute(path: str | Path, output: str | Path, parameters: dict[str, Any] | None = None, *,
-            timeout: int = 1200, kernel: str = "python3", cwd: str | Path | None = None) -> Summary:
+def execute(
+    path: str | Path,
+    output: str | Path,
+    parameters: dict[str, Any] | None = None,
+    *,
+    timeout: int = 1200,
+    kernel: str = "python3",
+    cwd: str | Path | None = None,
+) -> Summary:
     """Execute ``path`` in a fresh kernel, write the executed notebook to ``output``, return a summary."""
     import nbformat
     from nbclient import NotebookClient
@@ -84,8 +95,9 @@ def execute(path: str | Path, output: str | Path, parameters: dict[str, Any] | N
     nb = nbformat.read(path, as_version=4)
     inject_parameters(nb, parameters or {})
     t0 = time.monotonic()
-    client = NotebookClient(nb, timeout=timeout, kernel_name=kernel,
-                            resources={"metadata": {"path": str(cwd or path.parent)}})
+    client = NotebookClient(
+        nb, timeout=timeout, kernel_name=kernel, resources={"metadata": {"path": str(cwd or path.parent)}}
+    )
     try:
         client.execute()
     finally:
@@ -96,8 +108,9 @@ def execute(path: str | Path, output: str | Path, parameters: dict[str, Any] | N
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m raynb.notebook", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m raynb.notebook", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     run = sub.add_parser("run", help="execute a notebook headless")
     run.add_argument("notebook")

@@ -14,7 +14,6 @@ from .series import _COUNT_KEYS, _NOT_PLOTTED, _RATE_KEYS, Series, _num
 __all__ = ["Aggregate", "aggregate_of"]
 
 
-
 class Aggregate:
     def __init__(self) -> None:
         self.seen = 0
@@ -36,7 +35,7 @@ class Aggregate:
         return None
 
     def update(self, records: list[dict[str, Any]]) -> Aggregate:
-        new = records[self.seen:]
+        new = records[self.seen :]
         self.seen = len(records)
         for r in new:
             rank = int(r.get("rank", 0))

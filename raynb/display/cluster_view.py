@@ -22,47 +22,80 @@ def status_text(st: ClusterStatus) -> str:
     ]
     for n in st.nodes:
         role = "head" if n.is_head else "worker"
-        lines.append(f"  - {role} {n.address} {'alive' if n.alive else 'DEAD'}: {n.cpus:g} CPU, {n.gpus:g} GPU, "
-                     f"{n.memory_gb:.1f} GB")
+        lines.append(
+            f"  - {role} {n.address} {'alive' if n.alive else 'DEAD'}: {n.cpus:g} CPU, {n.gpus:g} GPU, "
+            f"{n.memory_gb:.1f} GB"
+        )
     if st.kube is not None:
         k = st.kube
         lines.append(f"  RayCluster {k.ref.namespace}/{k.ref.name}: {k.state} · image {k.image}")
         for p in k.pods:
-            lines.append(f"  - pod {p.name} ({p.role}) {p.phase}{' ready' if p.ready else ''} on {p.node}: "
-                         f"{p.gpus} GPU, {p.efa} EFA")
+            lines.append(
+                f"  - pod {p.name} ({p.role}) {p.phase}{' ready' if p.ready else ''} on {p.node}: "
+                f"{p.gpus} GPU, {p.efa} EFA"
+            )
         for kn in k.nodes:
-            lines.append(f"  - node {kn.name} {kn.instance_type} {kn.zone}{'' if kn.ready else ' NOT READY'}: "
-                         f"allocatable {kn.gpus} GPU, {kn.efa} EFA")
+            lines.append(
+                f"  - node {kn.name} {kn.instance_type} {kn.zone}{'' if kn.ready else ' NOT READY'}: "
+                f"allocatable {kn.gpus} GPU, {kn.efa} EFA"
+            )
     if st.dashboard_url:
         lines.append(f"  dashboard {st.dashboard_url}")
     return "\n".join(lines)
 
 
 def status_html(st: ClusterStatus) -> str:
-    dash = (f' · <a href="{html.escape(st.dashboard_url)}" target="_blank">Ray dashboard</a>'
-            if st.dashboard_url else "")
+    dash = f' · <a href="{html.escape(st.dashboard_url)}" target="_blank">Ray dashboard</a>' if st.dashboard_url else ""
     kube = ""
     if st.kube is not None:
         k = st.kube
-        pods = table(["pod", "role", "phase", "node", "GPU", "EFA"],
-                     [(p.name, p.role, p.phase + (" ✓" if p.ready else ""), p.node, p.gpus, p.efa) for p in k.pods],
-                     cls="raynb-pods")
-        nodes = table(["node", "instance", "zone", "GPU", "EFA", "state"],
-                      [(n.name, n.instance_type, n.zone, n.gpus, n.efa, "ready" if n.ready else "NOT READY")
-                       for n in k.nodes], cls="raynb-nodes") if k.nodes else ""
-        kube = (f'<div style="margin-top:4px">RayCluster <b>{html.escape(k.ref.namespace)}/'
-                f"{html.escape(k.ref.name)}</b>: {html.escape(k.state)} · <code>{html.escape(k.image)}</code></div>"
-                f"{pods}{nodes}")
+        pods = table(
+            ["pod", "role", "phase", "node", "GPU", "EFA"],
+            [(p.name, p.role, p.phase + (" ✓" if p.ready else ""), p.node, p.gpus, p.efa) for p in k.pods],
+            cls="raynb-pods",
+        )
+        nodes = (
+            table(
+                ["node", "instance", "zone", "GPU", "EFA", "state"],
+                [
+                    (n.name, n.instance_type, n.zone, n.gpus, n.efa, "ready" if n.ready else "NOT READY")
+                    for n in k.nodes
+                ],
+                cls="raynb-nodes",
+            )
+            if k.nodes
+            else ""
+        )
+        kube = (
+            f'<div style="margin-top:4px">RayCluster <b>{html.escape(k.ref.namespace)}/'
+            f"{html.escape(k.ref.name)}</b>: {html.escape(k.state)} · <code>{html.escape(k.image)}</code></div>"
+            f"{pods}{nodes}"
+        )
     if st.nodes:
         dead = ('<b style="color:#dc3545">dead</b>', True)
-        nodes_t = table(["node", "address", "state", "CPU", "GPU", "memory GB"],
-                        [("head" if n.is_head else "worker", n.address, "alive" if n.alive else dead, f"{n.cpus:g}",
-                          f"{n.gpus:g}", f"{n.memory_gb:.1f}") for n in st.nodes],
-                        style="font-size:12px;margin-top:4px")
-        ray_part = (f'<br>CPUs <b>{st.available.get("CPU", 0):g}</b>/{st.cpus:g} free · GPUs '
-                    f'<b>{st.available.get("GPU", 0):g}</b>/{st.gpus:g} free{nodes_t}')
+        nodes_t = table(
+            ["node", "address", "state", "CPU", "GPU", "memory GB"],
+            [
+                (
+                    "head" if n.is_head else "worker",
+                    n.address,
+                    "alive" if n.alive else dead,
+                    f"{n.cpus:g}",
+                    f"{n.gpus:g}",
+                    f"{n.memory_gb:.1f}",
+                )
+                for n in st.nodes
+            ],
+            style="font-size:12px;margin-top:4px",
+        )
+        ray_part = (
+            f'<br>CPUs <b>{st.available.get("CPU", 0):g}</b>/{st.cpus:g} free · GPUs '
+            f'<b>{st.available.get("GPU", 0):g}</b>/{st.gpus:g} free{nodes_t}'
+        )
     else:
         ray_part = "<br><i>Ray: not connected</i>"
-    return (f'<div class="raynb-cluster" data-kind="{st.kind}" style="font-family:sans-serif;font-size:13px">'
-            f'<b>{html.escape(st.name)}</b> <span style="color:#555">({st.kind}, {html.escape(st.address)})</span>'
-            f"{dash}{ray_part}{kube}</div>")
+    return (
+        f'<div class="raynb-cluster" data-kind="{st.kind}" style="font-family:sans-serif;font-size:13px">'
+        f'<b>{html.escape(st.name)}</b> <span style="color:#555">({st.kind}, {html.escape(st.address)})</span>'
+        f"{dash}{ray_part}{kube}</div>"
+    )

@@ -47,9 +47,12 @@ def badges_html(run: Any) -> str:
                 f'background:{bg};color:{fg};border-radius:10px;padding:1px 8px">NCCL {html.escape(label)} '
                 f'<span style="color:#666">({html.escape(node)}, {who})</span></summary>'
                 f'<ul style="margin:4px 0;font-size:12px">{msgs}</ul><pre style="font-size:11px;max-width:850px;'
-                f'white-space:pre-wrap;background:#f7f7f7;padding:4px">{ev}</pre></details>')
+                f'white-space:pre-wrap;background:#f7f7f7;padding:4px">{ev}</pre></details>'
+            )
             if s.get("fallback") and sev == "error" and not banner:
                 first = (s.get("messages") or ["NCCL fell back to a slower network."])[0]
-                banner = (f'<div class="raynb-nccl-banner" style="background:#dc3545;color:white;padding:4px 8px;'
-                          f'border-radius:4px;margin:4px 0">NCCL fell back: {html.escape(first)}</div>')
+                banner = (
+                    f'<div class="raynb-nccl-banner" style="background:#dc3545;color:white;padding:4px 8px;'
+                    f'border-radius:4px;margin:4px 0">NCCL fell back: {html.escape(first)}</div>'
+                )
     return f'<div class="raynb-nccl-badges" style="margin-top:4px">{banner}{"".join(badges)}</div>'

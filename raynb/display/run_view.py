@@ -7,14 +7,20 @@ import html
 from typing import Any
 
 from . import series as S
-from .series import _NOT_PLOTTED
 from .aggregate import aggregate_of
+from .series import _NOT_PLOTTED
 from .svg import line_chart
 
 __all__ = ["run_html", "run_text", "primary_metric"]
 
-_PHASE_COLORS = {"starting workers": "#6c757d", "running": "#0d6efd", "succeeded": "#198754", "failed": "#dc3545",
-                 "aborted": "#fd7e14", "pending": "#6c757d"}
+_PHASE_COLORS = {
+    "starting workers": "#6c757d",
+    "running": "#0d6efd",
+    "succeeded": "#198754",
+    "failed": "#dc3545",
+    "aborted": "#fd7e14",
+    "pending": "#6c757d",
+}
 
 
 def _elapsed(seconds: float) -> str:
@@ -57,8 +63,15 @@ def _summary(run: Any) -> dict[str, Any]:
     if total:
         ys = sorted(y for _, y in total[-10:])
         rate = ys[len(ys) // 2]  # median of the last 10 complete steps: robust to one slow step
-    return {"key": agg.key, "agg": agg, "mean": mean, "last": mean[-1][1] if mean else None, "unit": agg.unit,
-            "total": total, "rate": rate}
+    return {
+        "key": agg.key,
+        "agg": agg,
+        "mean": mean,
+        "last": mean[-1][1] if mean else None,
+        "unit": agg.unit,
+        "total": total,
+        "rate": rate,
+    }
 
 
 def run_text(run: Any) -> str:
@@ -85,23 +98,31 @@ def run_html(run: Any, *, nccl_html: str = "") -> str:
     vals = agg.metric_series() if few_ranks else {}
     loss_lines = vals if few_ranks and S.differ(vals) else ({"mean over ranks": s["mean"]} if s["mean"] else {})
     tput = {k: S.smooth(v) for k, v in agg.tput_series().items()} if len(agg.tput) <= 8 else {}
-    tput_lines = tput if tput and S.differ(tput, 0.15) else (
-        {"all workers": S.smooth(s["total"])} if s["total"] else {})
-    charts = (
-        line_chart(loss_lines, title=s["key"] or "loss", chart_id="loss")
-        + line_chart(tput_lines, title="throughput", unit=s["unit"], chart_id="throughput",
-                     empty_text="report samples= or tokens= to see throughput")
+    tput_lines = (
+        tput if tput and S.differ(tput, 0.15) else ({"all workers": S.smooth(s["total"])} if s["total"] else {})
     )
-    stats = [f"step <b>{run.step}</b>", f"elapsed <b>{_elapsed(run.elapsed)}</b>",
-             f"<b>{run.spec.workers}</b> {'GPU' if run.spec.gpu else 'CPU'} workers"]
+    charts = line_chart(loss_lines, title=s["key"] or "loss", chart_id="loss") + line_chart(
+        tput_lines,
+        title="throughput",
+        unit=s["unit"],
+        chart_id="throughput",
+        empty_text="report samples= or tokens= to see throughput",
+    )
+    stats = [
+        f"step <b>{run.step}</b>",
+        f"elapsed <b>{_elapsed(run.elapsed)}</b>",
+        f"<b>{run.spec.workers}</b> {'GPU' if run.spec.gpu else 'CPU'} workers",
+    ]
     if s["key"]:
         stats.append(f"{html.escape(s['key'])} <b>{_fmt_num(s['last'])}</b>")
     if s["rate"] is not None:
         stats.append(f"<b>{_fmt_num(s['rate'])}</b> {html.escape(s['unit'])}")
     err = ""
     if run.error is not None:
-        err = (f'<pre style="background:#fff5f5;border-left:4px solid #dc3545;padding:6px 8px;margin:6px 0 0;'
-               f'white-space:pre-wrap;font-size:12px">{html.escape(str(run.error))}</pre>')
+        err = (
+            f'<pre style="background:#fff5f5;border-left:4px solid #dc3545;padding:6px 8px;margin:6px 0 0;'
+            f'white-space:pre-wrap;font-size:12px">{html.escape(str(run.error))}</pre>'
+        )
     return (
         f'<div class="raynb-run" data-run="{html.escape(run.name)}" data-status="{run.status}" '
         f'data-phase="{html.escape(phase)}" data-step="{run.step}" data-records="{len(run.records)}" '

@@ -113,7 +113,7 @@ def downsample(points: list[tuple[float, float]], max_points: int = 300) -> list
     size = n / (max_points - 2)
     out = [points[0]]
     for b in range(max_points - 2):
-        chunk = points[1 + int(b * size): 1 + int((b + 1) * size)]
+        chunk = points[1 + int(b * size) : 1 + int((b + 1) * size)]
         if chunk:
             out.append((sum(p[0] for p in chunk) / len(chunk), sum(p[1] for p in chunk) / len(chunk)))
     out.append(points[-1])

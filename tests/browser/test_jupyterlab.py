@@ -21,10 +21,19 @@ ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (tests/browser/install-chromium.sh)"),
+    pytest.mark.skipif(
+        CHROMIUM is None, reason="Debian's chromium is not installed (tests/browser/install-chromium.sh)"
+    ),
 ]
-CHROME_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-               "--disable-component-update", "--disable-sync"]
+CHROME_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def _free_port() -> int:
@@ -44,16 +53,36 @@ def lab(tmp_path: Path) -> Iterator[str]:
     (settings / "tracker.jupyterlab-settings").write_text(json.dumps({"windowingMode": "none"}))
     notes = tmp_path / "lab-settings" / "@jupyterlab" / "apputils-extension"
     notes.mkdir(parents=True)  # no "get Jupyter news?" toast over the page
-    (notes / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false",
-                                                                       "checkForUpdates": False}))
+    (notes / "notification.jupyterlab-settings").write_text(
+        json.dumps({"fetchNews": "false", "checkForUpdates": False})
+    )
     port = _free_port()
-    env = {**os.environ, "RAYNB_HOME": str(tmp_path / "raynb-home"),
-           "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "lab-settings"), "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt")}
+    env = {
+        **os.environ,
+        "RAYNB_HOME": str(tmp_path / "raynb-home"),
+        "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "lab-settings"),
+        "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt"),
+    }
     log = open(tmp_path / "lab.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}", "--ServerApp.ip=127.0.0.1",
-         "--IdentityProvider.token=", "--ServerApp.password=", f"--ServerApp.root_dir={tmp_path}",
-         "--ServerApp.disable_check_xsrf=True", *(["--allow-root"] if os.getuid() == 0 else [])], env=env, stdout=log, stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "jupyter",
+            "lab",
+            "--no-browser",
+            f"--port={port}",
+            "--ServerApp.ip=127.0.0.1",
+            "--IdentityProvider.token=",
+            "--ServerApp.password=",
+            f"--ServerApp.root_dir={tmp_path}",
+            "--ServerApp.disable_check_xsrf=True",
+            *(["--allow-root"] if os.getuid() == 0 else []),
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and proc.poll() is None:
@@ -73,27 +102,30 @@ def lab(tmp_path: Path) -> Iterator[str]:
         proc.kill()
 
 
-def _runs(page) -> list[dict]:  # noqa: ANN001
+def _runs(page) -> list[dict]:
     return page.eval_on_selector_all(
         ".raynb-run",
         """els => els.map(e => ({name: e.dataset.run, status: e.dataset.status, step: +e.dataset.step,
                                  points: +((e.querySelector('svg[data-chart=loss]') || {dataset: {}}).dataset.points
-                                           || 0)}))""")
+                                           || 0)}))""",
+    )
 
 
-def _kernel_busy_or_done(page, timeout_s: float) -> bool:  # noqa: ANN001
+def _kernel_busy_or_done(page, timeout_s: float) -> bool:
     """Did execution start? The kernel indicator goes busy, or cells get execution counts."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if page.locator(".jp-Notebook-ExecutionIndicator[data-status='busy']").count() or \
-                page.locator(".jp-InputPrompt:has-text('[1]')").count() or \
-                page.locator(".jp-InputPrompt:has-text('[*]')").count():
+        if (
+            page.locator(".jp-Notebook-ExecutionIndicator[data-status='busy']").count()
+            or page.locator(".jp-InputPrompt:has-text('[1]')").count()
+            or page.locator(".jp-InputPrompt:has-text('[*]')").count()
+        ):
             return True
         time.sleep(0.25)
     return False
 
 
-def _run_all(page, artifacts: Path) -> None:  # noqa: ANN001
+def _run_all(page, artifacts: Path) -> None:
     """Run all cells through the Run menu; if execution does not start, through the command palette.
 
     Seen on a fresh JupyterLab: the toolbar says idle before the kernel session is connected, and a Run All in that

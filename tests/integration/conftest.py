@@ -14,8 +14,11 @@ from raynb import _embedded_head as local
 def alive_train_workers(dashboard_url: str) -> list[object]:
     from ray.util.state import list_actors
 
-    return list_actors(address=dashboard_url, filters=[("class_name", "=", "RayTrainWorker"), ("state", "=", "ALIVE")],
-                       raise_on_missing_output=False)
+    return list_actors(
+        address=dashboard_url,
+        filters=[("class_name", "=", "RayTrainWorker"), ("state", "=", "ALIVE")],
+        raise_on_missing_output=False,
+    )
 
 
 @pytest.fixture(scope="package")
@@ -31,7 +34,7 @@ def cluster() -> Iterator[raynb.Cluster]:
 
 
 @pytest.fixture(scope="package")
-def ip(cluster: raynb.Cluster):  # noqa: ANN201
+def ip(cluster: raynb.Cluster):
     from IPython import get_ipython
     from IPython.testing.globalipapp import start_ipython
 

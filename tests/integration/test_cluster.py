@@ -40,16 +40,19 @@ def test_second_up_reuses_the_running_head(cluster: raynb.Cluster) -> None:
     assert again.reused and again.ports == cluster.backend.head.ports
 
 
-def test_status_and_dashboard_magics(cluster: raynb.Cluster, ip) -> None:  # noqa: ANN001
+def test_status_and_dashboard_magics(cluster: raynb.Cluster, ip) -> None:
     st = ip.run_line_magic("raycluster", "status")
     assert st.cpus == cluster.backend.head.num_cpus and len(st.nodes) == 1 and st.nodes[0].is_head
     assert "dashboard http://127.0.0.1:" in st.text() and "<table" in st.html()
     link = ip.run_line_magic("raycluster", "dashboard")
     bundle = link._repr_mimebundle_()
-    assert cluster.dashboard_url in bundle["text/html"] and bundle["text/plain"] == f"Ray dashboard: {cluster.dashboard_url}"
+    assert (
+        cluster.dashboard_url in bundle["text/html"]
+        and bundle["text/plain"] == f"Ray dashboard: {cluster.dashboard_url}"
+    )
 
 
-def test_more_workers_than_cpus_fails_before_waiting(cluster: raynb.Cluster, ip) -> None:  # noqa: ANN001
+def test_more_workers_than_cpus_fails_before_waiting(cluster: raynb.Cluster, ip) -> None:
     t0 = time.monotonic()
     with pytest.raises(InsufficientResourcesError) as ei:
         ip.run_cell_magic("raytrain", "--workers 64", "pass")
@@ -107,10 +110,25 @@ def test_token_auth_head_is_detected_instead_of_hanging(tmp_path: Path) -> None:
     env_head = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_file)}
     ray_bin = str(Path(sys.executable).with_name("ray"))
     temp = f"/tmp/raynb-tok-{os.getpid()}"
-    subprocess.run([ray_bin, "start", "--head", f"--port={ports[0]}", f"--ray-client-server-port={ports[1]}",
-                    f"--dashboard-port={ports[2]}", "--dashboard-host=127.0.0.1", "--node-ip-address=127.0.0.1",
-                    "--num-cpus=1", f"--temp-dir={temp}", "--disable-usage-stats"],
-                   env=env_head, check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [
+            ray_bin,
+            "start",
+            "--head",
+            f"--port={ports[0]}",
+            f"--ray-client-server-port={ports[1]}",
+            f"--dashboard-port={ports[2]}",
+            "--dashboard-host=127.0.0.1",
+            "--node-ip-address=127.0.0.1",
+            "--num-cpus=1",
+            f"--temp-dir={temp}",
+            "--disable-usage-stats",
+        ],
+        env=env_head,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     try:
         home = tmp_path / "home"
         home.mkdir()
@@ -118,9 +136,20 @@ def test_token_auth_head_is_detected_instead_of_hanging(tmp_path: Path) -> None:
         env.update(HOME=str(home), THE_TOKEN=token)
         results = {}
         for case in ("fresh", "imported-first"):
-            p = subprocess.run([sys.executable, "-c", TOKEN_SCRIPT, f"http://127.0.0.1:{ports[2]}",
-                                f"ray://127.0.0.1:{ports[1]}", case], env=env, capture_output=True, text=True,
-                               timeout=180)
+            p = subprocess.run(
+                [
+                    sys.executable,
+                    "-c",
+                    TOKEN_SCRIPT,
+                    f"http://127.0.0.1:{ports[2]}",
+                    f"ray://127.0.0.1:{ports[1]}",
+                    case,
+                ],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=180,
+            )
             line = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
             assert line, p.stdout[-2000:] + p.stderr[-3000:]
             results[case] = json.loads(line[0][7:])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import raynb
 
 
-def test_doctor_checks_what_applies_here(cluster: raynb.Cluster, ip) -> None:  # noqa: ANN001
+def test_doctor_checks_what_applies_here(cluster: raynb.Cluster, ip) -> None:
     checks = ip.run_line_magic("raycluster", "doctor")
     by_name = {c.name: c for c in checks.checks}
     assert checks.ok
@@ -15,7 +15,7 @@ def test_doctor_checks_what_applies_here(cluster: raynb.Cluster, ip) -> None:  #
     assert "data-state" in checks._repr_html_()
 
 
-def test_bench_sweeps_allreduce_over_gloo(cluster: raynb.Cluster, ip) -> None:  # noqa: ANN001
+def test_bench_sweeps_allreduce_over_gloo(cluster: raynb.Cluster, ip) -> None:
     result = ip.run_line_magic("raycluster", "bench --workers 2 --sizes 256K,1M")
     assert [int(r["size_bytes"]) for r in result.rows] == [256 << 10, 1 << 20]
     assert all(r["busbw_gbps"] > 0 for r in result.rows)

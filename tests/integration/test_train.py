@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 import raynb
-from raynb._settings import resolve
-from raynb.errors import CaptureError, RunAborted, TrainingFailedError
 from raynb._run import active_run
+from raynb._settings import resolve
 from raynb._train import start_run
+from raynb.errors import CaptureError, RunAborted, TrainingFailedError
 
 from .conftest import alive_train_workers
 
@@ -68,11 +68,11 @@ def test_metrics_from_both_ranks_arrive_while_running(cluster: raynb.Cluster) ->
     assert run.first_step_at is not None and run.elapsed > 0
 
 
-def test_failing_rank_gives_one_clear_error_with_cell_line_numbers(ip) -> None:  # noqa: ANN001
+def test_failing_rank_gives_one_clear_error_with_cell_line_numbers(ip) -> None:
     cell = (
-        "import ray.train\n"                                  # cell line 2
-        "rank = ray.train.get_context().get_world_rank()\n"   # line 3
-        "if rank == 1:\n"                                      # line 4
+        "import ray.train\n"  # cell line 2
+        "rank = ray.train.get_context().get_world_rank()\n"  # line 3
+        "if rank == 1:\n"  # line 4
         "    raise ValueError(f'bad shard on rank {rank}')\n"  # line 5
     )
     result = ip.run_cell(f"%%raytrain --workers 2 --name fail-test --out failed_run\n{cell}")
@@ -87,7 +87,7 @@ def test_failing_rank_gives_one_clear_error_with_cell_line_numbers(ip) -> None: 
     assert run.status == "failed" and run.error.ranks == [1] and run.error.type == "ValueError"
 
 
-def test_interrupt_aborts_the_run_and_stops_workers(ip, cluster: raynb.Cluster) -> None:  # noqa: ANN001
+def test_interrupt_aborts_the_run_and_stops_workers(ip, cluster: raynb.Cluster) -> None:
     ip.user_ns["SLOW"] = 0.25
 
     def interrupt_at_step_3() -> None:
@@ -114,19 +114,19 @@ def test_interrupt_aborts_the_run_and_stops_workers(ip, cluster: raynb.Cluster) 
     assert ip.run_cell("40 + 2").result == 42  # the kernel stays usable
 
 
-def test_unpicklable_global_is_named(ip) -> None:  # noqa: ANN001
+def test_unpicklable_global_is_named(ip) -> None:
     ip.run_cell("import threading\nshared_lock = threading.Lock()")
     with pytest.raises(CaptureError) as ei:
         ip.run_cell_magic("raytrain", "--workers 2", "with shared_lock:\n    pass")
     assert "`shared_lock`" in ei.value.message
 
 
-def test_syntax_error_points_at_the_cell_line(ip) -> None:  # noqa: ANN001
+def test_syntax_error_points_at_the_cell_line(ip) -> None:
     result = ip.run_cell("%%raytrain --workers 2\nx = 1\nfor i in range(3)\n    pass")
     assert "line 3" in result.error_in_exec.message
 
 
-def test_globals_config_local_module_and_plain_ray_train_report(ip, tmp_path: Path) -> None:  # noqa: ANN001
+def test_globals_config_local_module_and_plain_ray_train_report(ip, tmp_path: Path) -> None:
     """Notebook globals, --config, a module beside the notebook, and ray.train.report without the ~2 s stall."""
     (tmp_path / "nb_helpers.py").write_text("def scale(x):\n    return 10 * x\n")
     old = os.getcwd()
@@ -159,12 +159,19 @@ def test_terminal_ipython_prints_a_text_progress_line(cluster: raynb.Cluster) ->
     """In terminal IPython (no HTML frontend) the same run prints a readable progress line."""
     import subprocess
 
-    script = ("%load_ext raynb\n%raycluster up --local\n"
-              "%%raytrain --workers 2 --name terminal-run\nimport raynb, time\n"
-              "for i in range(20):\n    raynb.report(loss=1.0 / (i + 1), samples=10)\n    time.sleep(0.05)\n\n\nexit\n")
+    script = (
+        "%load_ext raynb\n%raycluster up --local\n"
+        "%%raytrain --workers 2 --name terminal-run\nimport raynb, time\n"
+        "for i in range(20):\n    raynb.report(loss=1.0 / (i + 1), samples=10)\n    time.sleep(0.05)\n\n\nexit\n"
+    )
     ipy = Path(sys.executable).with_name("ipython")
-    p = subprocess.run([str(ipy), "--no-banner", "--colors=NoColor", "--simple-prompt"], input=script,
-                       capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [str(ipy), "--no-banner", "--colors=NoColor", "--simple-prompt"],
+        input=script,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     out = p.stdout
     assert "reusing the embedded Ray head" in out
     final = [ln for ln in out.replace("\r", "\n").splitlines() if "[terminal-run] succeeded" in ln]

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import controlplane  # noqa: E402
+import controlplane
 
 ROOT = Path(__file__).resolve().parents[2]
 VALUES = str(ROOT / "manifests" / "values.env")
@@ -28,8 +28,10 @@ HERE_PY = f"{sys.version_info[0]}.{sys.version_info[1]}"
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[controlplane.Stack]:
     if not controlplane.built():
         if shutil.which("go") is None:
-            pytest.skip("Go is not installed and the control plane is not built: the Kubernetes tests need Go "
-                        "(tests/k8s/controlplane.sh build)")
+            pytest.skip(
+                "Go is not installed and the control plane is not built: the Kubernetes tests need Go "
+                "(tests/k8s/controlplane.sh build)"
+            )
         t0 = time.monotonic()
         assert controlplane.build() == 0, "building the control plane failed (see the output above)"
         print(f"control plane built in {time.monotonic() - t0:.0f} s")
@@ -75,7 +77,7 @@ def clean(stack: controlplane.Stack) -> Iterator[controlplane.Stack]:
 
 
 @pytest.fixture(scope="session")
-def head_behind_pods(stack: controlplane.Stack, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+def head_behind_pods(stack: controlplane.Stack, tmp_path_factory: pytest.TempPathFactory):
     """A real local Ray head standing behind the RayCluster's head pod: kwok's ClusterPortForward sends the pod's
     10001/8265 to it, and its ClusterLogs serves (a CRI-format copy of) the head's log through pods/log."""
     from raynb import _embedded_head as local
@@ -87,14 +89,33 @@ def head_behind_pods(stack: controlplane.Stack, tmp_path_factory: pytest.TempPat
     log = tmp_path_factory.mktemp("head-log") / "head.cri.log"
     lines = (Path(head.temp_dir) / "session_latest" / "logs" / "gcs_server.out").read_text().splitlines()[:50]
     log.write_text("".join(f"2026-11-30T00:00:{i % 60:02d}.000000000Z stdout F {ln}\n" for i, ln in enumerate(lines)))
-    apply(stack, {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "ClusterPortForward",
-                  "metadata": {"name": "ray-head"},
-                  "spec": {"selector": {"matchNamespaces": ["ray-train"]},
-                           "forwards": [{"ports": [10001], "target": {"port": client_port, "address": "127.0.0.1"}},
-                                        {"ports": [8265], "target": {"port": dash_port, "address": "127.0.0.1"}}]}})
-    apply(stack, {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "ClusterLogs", "metadata": {"name": "ray-head"},
-                  "spec": {"selector": {"matchNamespaces": ["ray-train"]},
-                           "logs": [{"containers": ["ray-head"], "logsFile": str(log)}]}})
+    apply(
+        stack,
+        {
+            "apiVersion": "kwok.x-k8s.io/v1alpha1",
+            "kind": "ClusterPortForward",
+            "metadata": {"name": "ray-head"},
+            "spec": {
+                "selector": {"matchNamespaces": ["ray-train"]},
+                "forwards": [
+                    {"ports": [10001], "target": {"port": client_port, "address": "127.0.0.1"}},
+                    {"ports": [8265], "target": {"port": dash_port, "address": "127.0.0.1"}},
+                ],
+            },
+        },
+    )
+    apply(
+        stack,
+        {
+            "apiVersion": "kwok.x-k8s.io/v1alpha1",
+            "kind": "ClusterLogs",
+            "metadata": {"name": "ray-head"},
+            "spec": {
+                "selector": {"matchNamespaces": ["ray-train"]},
+                "logs": [{"containers": ["ray-head"], "logsFile": str(log)}],
+            },
+        },
+    )
     yield head, log
     delete(stack, "kwok.x-k8s.io/v1alpha1", "ClusterPortForward", "ray-head")
     delete(stack, "kwok.x-k8s.io/v1alpha1", "ClusterLogs", "ray-head")

@@ -14,14 +14,14 @@ from raynb.manifest import ManifestError
 pytestmark = pytest.mark.k8s
 
 
-def test_unknown_instance_type_fails_before_any_api_call(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+def test_unknown_instance_type_fails_before_any_api_call(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))  # would fail differently if the API were asked
     with pytest.raises(ManifestError) as e:
         raynb.up(values=VALUES, set={"GPU_NODE_TYPE": "g9.huge"}, connect=False)
     assert "Unknown GPU instance type 'g9.huge'" in e.value.what and "p5.48xlarge" in e.value.saw
 
 
-def test_malformed_values_file(tmp_path) -> None:  # noqa: ANN001
+def test_malformed_values_file(tmp_path) -> None:
     bad = tmp_path / "values.env"
     bad.write_text("GPU_NODE_TYPE=g6.12xlarge\nthis is not an assignment\n")
     with pytest.raises(ManifestError) as e:
@@ -29,7 +29,7 @@ def test_malformed_values_file(tmp_path) -> None:  # noqa: ANN001
     assert "Line 2" in e.value.what and "KEY=VALUE" in e.value.what
 
 
-def test_no_kubeconfig(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+def test_no_kubeconfig(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
@@ -39,40 +39,45 @@ def test_no_kubeconfig(tmp_path, monkeypatch) -> None:  # noqa: ANN001
     assert "aws eks update-kubeconfig" in e.value.fix and "--local" in e.value.fix
 
 
-def test_unknown_context(stack) -> None:  # noqa: ANN001
+def test_unknown_context(stack) -> None:
     with pytest.raises(kube.KubeError) as e:
         raynb.up(values=VALUES, set={"PYTHON_VERSION": HERE_PY}, context="prod", connect=False)
     assert "no context 'prod'" in e.value.what and "admin@raynb-test" in e.value.saw
 
 
-def test_version_mismatch_is_caught_before_anything_is_created(stack) -> None:  # noqa: ANN001
+def test_version_mismatch_is_caught_before_anything_is_created(stack) -> None:
     with pytest.raises(ConnectError) as e:
         raynb.up(values=VALUES, set={"PYTHON_VERSION": "3.13" if HERE_PY != "3.13" else "3.12"})
     assert "Python" in e.value.saw and 'pip install "ray[client,train,default]==2.58.0"' in e.value.fix
     assert kube.get_raycluster(kube.connect_api(), kube.RayClusterRef("ray-train-cluster", "ray-train")) is None
 
 
-def test_rbac_forbidden_names_verb_and_resource(stack) -> None:  # noqa: ANN001
+def test_rbac_forbidden_names_verb_and_resource(stack) -> None:
     with pytest.raises(kube.KubeError) as e:
-        raynb.up(values=VALUES, set={"PYTHON_VERSION": HERE_PY}, kubeconfig=str(stack.viewer_kubeconfig),
-                 connect=False)
+        raynb.up(values=VALUES, set={"PYTHON_VERSION": HERE_PY}, kubeconfig=str(stack.viewer_kubeconfig), connect=False)
     assert "does not allow viewer to get rayclusters.ray.io in namespace 'ray-train'" in e.value.what
     assert "manifests/rbac.yaml" in e.value.fix
 
 
-def test_rbac_manifest_is_enough(stack, tmp_path) -> None:  # noqa: ANN001
+def test_rbac_manifest_is_enough(stack, tmp_path) -> None:
     """manifests/rbac.yaml's Role, bound to the viewer, lets it run the whole lifecycle."""
     import yaml
 
-    docs = [d for d in yaml.safe_load_all(open(controlplane.HERE.parents[1] / "manifests" / "rbac.yaml")) if d]
+    docs = [d for d in yaml.safe_load_all((controlplane.HERE.parents[1] / "manifests" / "rbac.yaml").read_text()) if d]
     for d in docs:
         d["metadata"]["namespace"] = "ray-train"
         if d["kind"] == "RoleBinding":
             d["subjects"] = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "viewer"}]
         apply(stack, d)
     try:
-        c = raynb.up(values=VALUES, set={"PYTHON_VERSION": HERE_PY}, kubeconfig=str(stack.viewer_kubeconfig),
-                     connect=False, timeout=60, progress=lambda _m: None)
+        c = raynb.up(
+            values=VALUES,
+            set={"PYTHON_VERSION": HERE_PY},
+            kubeconfig=str(stack.viewer_kubeconfig),
+            connect=False,
+            timeout=60,
+            progress=lambda _m: None,
+        )
         st = c.status()
         assert len(st.kube.pods) == 3 and st.kube.nodes == []  # nodes are cluster-scoped: not for this Role
         c.down(progress=lambda _m: None)
@@ -83,14 +88,14 @@ def test_rbac_manifest_is_enough(stack, tmp_path) -> None:  # noqa: ANN001
             delete(stack, d["apiVersion"], d["kind"], d["metadata"]["name"], "ray-train")
 
 
-def test_missing_namespace(stack) -> None:  # noqa: ANN001
+def test_missing_namespace(stack) -> None:
     with pytest.raises(kube.KubeError) as e:
         raynb.up(values=VALUES, set={"PYTHON_VERSION": HERE_PY}, namespace="nope", connect=False)
     assert e.value.what == "The namespace 'nope' does not exist."
     assert "kubectl create namespace nope" in e.value.fix
 
 
-def test_kuberay_crd_missing(stack) -> None:  # noqa: ANN001
+def test_kuberay_crd_missing(stack) -> None:
     """A second API server on the same etcd under its own prefix: a real cluster where KubeRay was never installed."""
     bare = controlplane.bare_apiserver(stack)
     with pytest.raises(kube.KubeError) as e:

@@ -16,7 +16,7 @@ from raynb import _kube_api as kube
 pytestmark = pytest.mark.k8s
 
 
-def test_in_cluster_service_account(clean, tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+def test_in_cluster_service_account(clean, tmp_path: Path, monkeypatch) -> None:
     from kubernetes import client
 
     stack = clean
@@ -30,8 +30,14 @@ def test_in_cluster_service_account(clean, tmp_path: Path, monkeypatch) -> None:
         apply(stack, d)
     try:
         tr = client.CoreV1Api(stack.api()).create_namespaced_service_account_token(
-            "notebook", "ray-train", body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                                           "spec": {"expirationSeconds": 3600}})
+            "notebook",
+            "ray-train",
+            body={
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {"expirationSeconds": 3600},
+            },
+        )
         mount = tmp_path / "serviceaccount"
         mount.mkdir()
         (mount / "token").write_text(tr.status.token)
@@ -45,8 +51,9 @@ def test_in_cluster_service_account(clean, tmp_path: Path, monkeypatch) -> None:
 
         target = kube.connect_api()
         assert target.context is None and target.default_namespace == "ray-train"
-        c = raynb.up(values=VALUES, set={"PYTHON_VERSION": HERE_PY}, connect=False, timeout=60,
-                     progress=lambda _m: None)
+        c = raynb.up(
+            values=VALUES, set={"PYTHON_VERSION": HERE_PY}, connect=False, timeout=60, progress=lambda _m: None
+        )
         assert sorted(p.role for p in c.status().kube.pods) == ["head", "worker", "worker"]
         c.down(progress=lambda _m: None)
         with pytest.raises(kube.KubeError) as e:  # the Role is namespaced: other namespaces are refused, and said so

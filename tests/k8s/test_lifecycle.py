@@ -21,7 +21,7 @@ def _say() -> tuple[list[str], object]:
     return lines, lines.append
 
 
-def test_up_ready_status_reuse_down(clean) -> None:  # noqa: ANN001
+def test_up_ready_status_reuse_down(clean) -> None:
     lines, say = _say()
     c = raynb.up(values=VALUES, set={"PYTHON_VERSION": HERE_PY}, connect=False, timeout=60, progress=say)
     assert any("server-side apply, field manager raynb" in m for m in lines)
@@ -58,13 +58,20 @@ def test_up_ready_status_reuse_down(clean) -> None:  # noqa: ANN001
     assert any("reusing RayCluster ray-train/ray-train-cluster (same spec)" in m for m in lines2)
 
     with pytest.raises(kube.KubeError) as e:
-        raynb.up(values=VALUES, set={"PYTHON_VERSION": HERE_PY, "WORKER_CPU": "30"}, connect=False, timeout=60,
-                 progress=say2)
+        raynb.up(
+            values=VALUES, set={"PYTHON_VERSION": HERE_PY, "WORKER_CPU": "30"}, connect=False, timeout=60, progress=say2
+        )
     assert "limits.cpu: '40' → '30'" in e.value.saw and "--recreate" in e.value.fix
 
     lines3, say3 = _say()
-    c = raynb.up(values=VALUES, set={"PYTHON_VERSION": HERE_PY, "WORKER_CPU": "30"}, connect=False, recreate=True,
-                 timeout=60, progress=say3)
+    c = raynb.up(
+        values=VALUES,
+        set={"PYTHON_VERSION": HERE_PY, "WORKER_CPU": "30"},
+        connect=False,
+        recreate=True,
+        timeout=60,
+        progress=say3,
+    )
     assert any("recreating" in m for m in lines3) and any("ready after" in m for m in lines3)
 
     t0 = time.monotonic()
@@ -80,12 +87,17 @@ def test_up_ready_status_reuse_down(clean) -> None:  # noqa: ANN001
     assert any("nothing to delete" in m for m in lines3)
 
 
-def test_three_gpu_workers_on_two_gpu_nodes_times_out_with_the_schedulers_reason(clean) -> None:  # noqa: ANN001
+def test_three_gpu_workers_on_two_gpu_nodes_times_out_with_the_schedulers_reason(clean) -> None:
     lines, say = _say()
     t0 = time.monotonic()
     with pytest.raises(ClusterStartError) as e:
-        raynb.up(values=VALUES, set={"PYTHON_VERSION": HERE_PY, "GPU_NODE_COUNT": "3"}, connect=False, timeout=10,
-                 progress=say)
+        raynb.up(
+            values=VALUES,
+            set={"PYTHON_VERSION": HERE_PY, "GPU_NODE_COUNT": "3"},
+            connect=False,
+            timeout=10,
+            progress=say,
+        )
     took = time.monotonic() - t0
     assert took < 40, took  # the timeout holds (plus the time to apply)
     assert "was not ready after 10 s" in e.value.what and "workers 2/3 ready" in e.value.what
@@ -94,23 +106,38 @@ def test_three_gpu_workers_on_two_gpu_nodes_times_out_with_the_schedulers_reason
     assert any("waiting:" in m and "Insufficient nvidia.com/gpu" in m for m in lines)  # said while waiting
 
 
-def test_efa_not_offered_and_selector_mismatch_are_explained(clean) -> None:  # noqa: ANN001
+def test_efa_not_offered_and_selector_mismatch_are_explained(clean) -> None:
     with pytest.raises(ClusterStartError) as e:
-        raynb.up(values=VALUES, set={"PYTHON_VERSION": HERE_PY, "EFA_PER_NODE": "2"}, connect=False, timeout=5,
-                 progress=lambda _m: None)
+        raynb.up(
+            values=VALUES,
+            set={"PYTHON_VERSION": HERE_PY, "EFA_PER_NODE": "2"},
+            connect=False,
+            timeout=5,
+            progress=lambda _m: None,
+        )
     assert "Insufficient vpc.amazonaws.com/efa" in e.value.saw and "EFA device plugin" in e.value.saw
     raynb.down("ray-train-cluster", progress=lambda _m: None)
     with pytest.raises(ClusterStartError) as e:
-        raynb.up(values=VALUES, set={"PYTHON_VERSION": HERE_PY, "GPU_NODE_TYPE": "p5.48xlarge"}, connect=False,
-                 timeout=5, progress=lambda _m: None)
+        raynb.up(
+            values=VALUES,
+            set={"PYTHON_VERSION": HERE_PY, "GPU_NODE_TYPE": "p5.48xlarge"},
+            connect=False,
+            timeout=5,
+            progress=lambda _m: None,
+        )
     assert "didn't match Pod's node affinity/selector" in e.value.saw
     assert "node.kubernetes.io/instance-type=p5.48xlarge" in e.value.saw
 
 
-def test_image_pull_failure_fails_fast(clean) -> None:  # noqa: ANN001
+def test_image_pull_failure_fails_fast(clean) -> None:
     t0 = time.monotonic()
     with pytest.raises(ClusterStartError) as e:
-        raynb.up(values=VALUES, set={"PYTHON_VERSION": HERE_PY, "DLC_IMAGE": "registry.invalid/ray:nope"},
-                 connect=False, timeout=120, progress=lambda _m: None)
+        raynb.up(
+            values=VALUES,
+            set={"PYTHON_VERSION": HERE_PY, "DLC_IMAGE": "registry.invalid/ray:nope"},
+            connect=False,
+            timeout=120,
+            progress=lambda _m: None,
+        )
     assert time.monotonic() - t0 < 60  # not the 120 s timeout: waiting cannot help
     assert "image cannot be pulled" in e.value.what and "ImagePullBackOff" in e.value.saw

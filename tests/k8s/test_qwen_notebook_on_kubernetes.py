@@ -23,23 +23,45 @@ NOTEBOOK = ROOT / "notebooks" / "qwen25_finetune_eks.ipynb"
 
 
 def _plugin(name: str) -> dict:
-    return {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": name, "namespace": "kube-system"},
-            "spec": {"selector": {"matchLabels": {"app": name}},
-                     "template": {"metadata": {"labels": {"app": name}},
-                                  "spec": {"nodeSelector": {"role": "gpu-worker"},
-                                           "containers": [{"name": "plugin", "image": f"example.invalid/{name}:1"}]}}}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": "kube-system"},
+        "spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "nodeSelector": {"role": "gpu-worker"},
+                    "containers": [{"name": "plugin", "image": f"example.invalid/{name}:1"}],
+                },
+            },
+        },
+    }
 
 
-def test_qwen_notebook_on_the_kubernetes_path(head_behind_pods, clean, tmp_path: Path, artifacts: Path) -> None:  # noqa: ANN001
+def test_qwen_notebook_on_the_kubernetes_path(head_behind_pods, clean, tmp_path: Path, artifacts: Path) -> None:
     plugins = ["nvidia-device-plugin-daemonset", "aws-efa-k8s-device-plugin-daemonset"]
     for p in plugins:
         apply(clean, _plugin(p))
     values = tmp_path / "values.env"
     values.write_text((ROOT / "manifests" / "values.env").read_text() + f"\nPYTHON_VERSION={HERE_PY}\n")
     out = artifacts / "qwen25-tiny-kubernetes.ipynb"
-    params = {"CLUSTER": "eks", "VALUES": str(values), "WORKERS": 2, "GPU": False, "PRETRAINED": False, "TINY": True,
-              "SEQ_LEN": 64, "BATCH": 8, "STEPS": 60, "WARMUP": 5, "LR": 3e-3, "COMPILE": False,
-              "PROBE_SIZES": [1 << 18, 1 << 20]}
+    params = {
+        "CLUSTER": "eks",
+        "VALUES": str(values),
+        "WORKERS": 2,
+        "GPU": False,
+        "PRETRAINED": False,
+        "TINY": True,
+        "SEQ_LEN": 64,
+        "BATCH": 8,
+        "STEPS": 60,
+        "WARMUP": 5,
+        "LR": 3e-3,
+        "COMPILE": False,
+        "PROBE_SIZES": [1 << 18, 1 << 20],
+    }
     try:
         summary = execute(NOTEBOOK, out, params, cwd=NOTEBOOK.parent)
     finally:

@@ -19,8 +19,8 @@ from tests.notebook.kernels import errors, kernel, run, text
 pytestmark = pytest.mark.k8s
 
 
-def test_raytrain_runs_through_the_kubernetes_path(head_behind_pods, clean) -> None:  # noqa: ANN001
-    head, log = head_behind_pods
+def test_raytrain_runs_through_the_kubernetes_path(head_behind_pods, clean) -> None:
+    _head, log = head_behind_pods
     with kernel(cwd=str(log.parent)) as (_km, kc):
         assert not errors(run(kc, "%load_ext raynb"))
         out = run(kc, f"%raycluster up --values {VALUES} --set PYTHON_VERSION={HERE_PY} --timeout 60", timeout=180)
@@ -28,25 +28,28 @@ def test_raytrain_runs_through_the_kubernetes_path(head_behind_pods, clean) -> N
         t = text(out)
         assert "ready after" in t and "through the Kubernetes API" in t and "connected to ray://127.0.0.1:" in t
 
-        cell = ("%%raytrain --workers 2\n"
-                "import raynb\n"
-                "for step in range(30):\n"
-                "    raynb.report(loss=1.0 / (step + 1))\n")
+        cell = "%%raytrain --workers 2\nimport raynb\nfor step in range(30):\n    raynb.report(loss=1.0 / (step + 1))\n"
         out = run(kc, cell, timeout=300)
         assert not errors(out), text(out)
         assert "succeeded" in text(out)
 
-        out = run(kc, "import raynb, json; c = raynb.current(); "
-                      "print(json.dumps({'kind': c.kind, 'address': c.address, "
-                      "'tunnels': {p: f.tunnels_opened for p, f in c.backend.forwards.items()}}))")
+        out = run(
+            kc,
+            "import raynb, json; c = raynb.current(); "
+            "print(json.dumps({'kind': c.kind, 'address': c.address, "
+            "'tunnels': {p: f.tunnels_opened for p, f in c.backend.forwards.items()}}))",
+        )
         info = json.loads(text(out).strip().splitlines()[-1])
         assert info["kind"] == "kubernetes" and info["address"].startswith("ray://127.0.0.1:")
         assert info["tunnels"]["10001"] >= 1
 
         # every tunnel dropped: Ray Client reconnects and the forward opens new tunnels
-        out = run(kc, "import ray\n[f.reset() for f in c.backend.forwards.values()]\n"
-                      "print('after reset', ray.get(ray.put(41)) + 1, c.backend.forwards[10001].tunnels_opened)",
-                  timeout=120)
+        out = run(
+            kc,
+            "import ray\n[f.reset() for f in c.backend.forwards.values()]\n"
+            "print('after reset', ray.get(ray.put(41)) + 1, c.backend.forwards[10001].tunnels_opened)",
+            timeout=120,
+        )
         assert not errors(out), text(out)
         after = text(out).split("after reset")[-1].split()
         assert after[0] == "42" and int(after[1]) > info["tunnels"]["10001"]
@@ -64,7 +67,7 @@ def test_raytrain_runs_through_the_kubernetes_path(head_behind_pods, clean) -> N
         assert "==> ray-train/ray-train-cluster-head-" in text(out)
 
         out = run(kc, "d = raynb.doctor(); print({x.name: x.state for x in d.checks})")
-        states = eval(text(out).strip().splitlines()[-1])  # noqa: S307 - our own printout
+        states = eval(text(out).strip().splitlines()[-1])
         assert states["notebook vs image versions"] == "ok" and states["Ray and Python versions"] == "ok"
         assert states["EFA requested by worker pods"] == "ok"
         assert states["EFA and NVIDIA device plugins ready"] == "fail"  # kwok nodes run no device plugins yet

@@ -51,8 +51,11 @@ def run(kc: Any, code: str, timeout: float = 300, on_msg: Any = None) -> list[di
 
 
 def html_of(m: dict[str, Any]) -> str:
-    return m["content"].get("data", {}).get("text/html", "") if m["msg_type"] in (
-        "display_data", "update_display_data", "execute_result") else ""
+    return (
+        m["content"].get("data", {}).get("text/html", "")
+        if m["msg_type"] in ("display_data", "update_display_data", "execute_result")
+        else ""
+    )
 
 
 def errors(msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:

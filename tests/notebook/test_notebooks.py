@@ -28,7 +28,8 @@ def test_quickstart_runs_top_to_bottom_and_stays_small(artifacts: Path) -> None:
     summary = execute(QUICKSTART, out, {"STEPS": 1000})
     assert summary.size_bytes < 1_000_000, summary.size_bytes
     assert [(r["name"].startswith("raytrain-"), r["status"], r["step"]) for r in summary.runs[:1]] == [
-        (True, "succeeded", 1000)]
+        (True, "succeeded", 1000)
+    ]
     assert summary.runs[0]["records"] == 2000  # both ranks, every step
     assert summary.runs[1]["name"] == "broken-run" and summary.runs[1]["status"] == "failed"
     assert len(summary.errors) == 1 and summary.errors[0].startswith("TrainingFailedError: Rank 1 of 2 failed")
@@ -57,8 +58,10 @@ def test_stop_button_aborts_and_the_kernel_stays_usable(tmp_path: Path) -> None:
                 km.interrupt_kernel()
                 interrupted.append(time.monotonic())
 
-        cell = ("%%raytrain --workers 2 --out r\nimport time, raynb\n"
-                "for i in range(10_000):\n    time.sleep(0.2)\n    raynb.report(loss=1.0 / (i + 1))")
+        cell = (
+            "%%raytrain --workers 2 --out r\nimport time, raynb\n"
+            "for i in range(10_000):\n    time.sleep(0.2)\n    raynb.report(loss=1.0 / (i + 1))"
+        )
         msgs = run(kc, cell, timeout=300, on_msg=watch)
         assert interrupted, "the run never reached step 3"
         errs = errors(msgs)
@@ -67,8 +70,11 @@ def test_stop_button_aborts_and_the_kernel_stays_usable(tmp_path: Path) -> None:
         from ray.util.state import list_actors
 
         def alive() -> list:
-            return list_actors(address=dashboard, filters=[("class_name", "=", "RayTrainWorker"),
-                                                           ("state", "=", "ALIVE")], raise_on_missing_output=False)
+            return list_actors(
+                address=dashboard,
+                filters=[("class_name", "=", "RayTrainWorker"), ("state", "=", "ALIVE")],
+                raise_on_missing_output=False,
+            )
 
         while alive() and time.monotonic() - interrupted[0] < 5:
             time.sleep(0.2)
@@ -100,8 +106,12 @@ def test_extension_loads_from_ipython_config(tmp_path: Path) -> None:
     profile = tmp_path / "ipython" / "profile_default"
     profile.mkdir(parents=True)
     (profile / "ipython_kernel_config.py").write_text(
-        "c.InteractiveShellApp.extensions = ['raynb']\nc.RayNB.workers = 3\n")
+        "c.InteractiveShellApp.extensions = ['raynb']\nc.RayNB.workers = 3\n"
+    )
     with kernel(env={"IPYTHONDIR": str(tmp_path / "ipython")}) as (_km, kc):
-        msgs = run(kc, "ip = get_ipython()\nprint(ip.find_cell_magic('raytrain') is not None, "
-                       "ip._raynb_magics._settings({}).workers)")
+        msgs = run(
+            kc,
+            "ip = get_ipython()\nprint(ip.find_cell_magic('raytrain') is not None, "
+            "ip._raynb_magics._settings({}).workers)",
+        )
         assert "True 3" in text(msgs), text(msgs)

@@ -21,7 +21,7 @@ def _helpers() -> dict:
     ns: dict = {"__name__": "__main__"}
     for c in nb.cells:
         if "helpers" in c.metadata.get("tags", []):
-            exec(compile(c.source, "<helpers>", "exec"), ns)  # noqa: S102 - the notebook's own cells
+            exec(compile(c.source, "<helpers>", "exec"), ns)
     return ns
 
 
@@ -48,9 +48,21 @@ def test_offline_corpus_is_structured_text() -> None:
 
 def test_qwen_notebook_on_the_embedded_cluster(artifacts: Path, tmp_path: Path) -> None:
     out = artifacts / "qwen25-tiny-local.ipynb"
-    params = {"CLUSTER": "local", "WORKERS": 2, "GPU": False, "PRETRAINED": False, "TINY": True, "SEQ_LEN": 64,
-              "BATCH": 8, "STEPS": 120, "WARMUP": 5, "LR": 3e-3, "COMPILE": False,
-              "OUTPUT_DIR": str(tmp_path / "weights"), "PROBE_SIZES": [1 << 18, 1 << 20]}
+    params = {
+        "CLUSTER": "local",
+        "WORKERS": 2,
+        "GPU": False,
+        "PRETRAINED": False,
+        "TINY": True,
+        "SEQ_LEN": 64,
+        "BATCH": 8,
+        "STEPS": 120,
+        "WARMUP": 5,
+        "LR": 3e-3,
+        "COMPILE": False,
+        "OUTPUT_DIR": str(tmp_path / "weights"),
+        "PROBE_SIZES": [1 << 18, 1 << 20],
+    }
     summary = execute(NOTEBOOK, out, params, cwd=NOTEBOOK.parent)
     assert summary.errors == []
     names = {r["name"]: r for r in summary.runs}

@@ -28,7 +28,7 @@ def test_throughput_from_counts_sums_complete_steps() -> None:
 
 
 def test_total_leaves_out_a_step_not_every_rank_reported() -> None:
-    recs = _recs() + [{"rank": 0, "step": 6, "time": 103.5, "samples": 64}]
+    recs = [*_recs(), {"rank": 0, "step": 6, "time": 103.5, "samples": 64}]
     _, tp = S.throughput_series(recs)
     assert S.total(tp)[-1][0] == 5.0
 
@@ -60,9 +60,17 @@ def test_svg_chart_counts_points_and_stays_small() -> None:
 
 def _run(records: list[dict], status: str = "running", error: Any = None) -> SimpleNamespace:
     return SimpleNamespace(
-        name="r1", status=status, phase=status, records=records, events=[], step=max((r["step"] for r in records),
-                                                                                      default=0),
-        elapsed=65.0, error=error, spec=SimpleNamespace(workers=2, gpu=False), aborted_at_step=3)
+        name="r1",
+        status=status,
+        phase=status,
+        records=records,
+        events=[],
+        step=max((r["step"] for r in records), default=0),
+        elapsed=65.0,
+        error=error,
+        spec=SimpleNamespace(workers=2, gpu=False),
+        aborted_at_step=3,
+    )
 
 
 def test_bundle_has_html_and_text() -> None:
@@ -109,9 +117,14 @@ def test_text_mode_writes_one_line() -> None:
 def test_run_error_carries_the_nccl_reason() -> None:
     from raynb._run_error import RunError
 
-    err = RunError([0, 1], 2, "DistBackendError", "NCCL error: invalid usage",
-                   {0: ["  cell line 7, in train_loop_per_worker", "    dist.all_reduce(x)"]},
-                   detail="NCCL on rank 0: NCCL could not initialise any network plugin")
+    err = RunError(
+        [0, 1],
+        2,
+        "DistBackendError",
+        "NCCL error: invalid usage",
+        {0: ["  cell line 7, in train_loop_per_worker", "    dist.all_reduce(x)"]},
+        detail="NCCL on rank 0: NCCL could not initialise any network plugin",
+    )
     text = str(err)
     assert text.startswith("All 2 workers failed with DistBackendError") and "cell line 7" in text
     assert text.endswith("NCCL on rank 0: NCCL could not initialise any network plugin")

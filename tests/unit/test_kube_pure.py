@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 
 from raynb import manifest
-from raynb._kube_state import readiness, spec_differences
 from raynb._doctor_kube import evaluate
+from raynb._kube_state import readiness, spec_differences
 from raynb._pod_diagnosis import diagnose_pods, is_hopeless
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "k8s"
 
 
-def _diag(name: str):  # noqa: ANN202
+def _diag(name: str):
     data = json.loads((FIX / f"{name}.json").read_text())
     return diagnose_pods(data["pods"], data["events"])
 
@@ -56,10 +56,17 @@ def test_spec_differences_ignore_server_added_fields() -> None:
 
 
 def test_readiness_needs_both_conditions_and_all_workers() -> None:
-    rc = {"spec": {"workerGroupSpecs": [{"replicas": 2}]},
-          "status": {"conditions": [{"type": "HeadPodReady", "status": "True"},
-                                    {"type": "RayClusterProvisioned", "status": "False"}],
-                     "readyWorkerReplicas": 1, "desiredWorkerReplicas": 2}}
+    rc = {
+        "spec": {"workerGroupSpecs": [{"replicas": 2}]},
+        "status": {
+            "conditions": [
+                {"type": "HeadPodReady", "status": "True"},
+                {"type": "RayClusterProvisioned", "status": "False"},
+            ],
+            "readyWorkerReplicas": 1,
+            "desiredWorkerReplicas": 2,
+        },
+    }
     assert readiness(rc) == (False, "head ready · workers 1/2 ready")
     rc["status"]["conditions"][1]["status"] = "True"
     rc["status"]["readyWorkerReplicas"] = 2
@@ -69,9 +76,13 @@ def test_readiness_needs_both_conditions_and_all_workers() -> None:
 
 
 def _node(name: str, gpu: str, efa: str, zone: str = "us-west-2a") -> dict:
-    return {"metadata": {"name": name, "labels": {"node.kubernetes.io/instance-type": "g6.12xlarge",
-                                                  "topology.kubernetes.io/zone": zone}},
-            "status": {"allocatable": {"nvidia.com/gpu": gpu, "vpc.amazonaws.com/efa": efa}}}
+    return {
+        "metadata": {
+            "name": name,
+            "labels": {"node.kubernetes.io/instance-type": "g6.12xlarge", "topology.kubernetes.io/zone": zone},
+        },
+        "status": {"allocatable": {"nvidia.com/gpu": gpu, "vpc.amazonaws.com/efa": efa}},
+    }
 
 
 def _pod(node: str) -> dict:
@@ -79,8 +90,10 @@ def _pod(node: str) -> dict:
 
 
 def _ds(name: str, ready: int, desired: int) -> dict:
-    return {"metadata": {"name": name, "namespace": "kube-system"},
-            "status": {"numberReady": ready, "desiredNumberScheduled": desired}}
+    return {
+        "metadata": {"name": name, "namespace": "kube-system"},
+        "status": {"numberReady": ready, "desiredNumberScheduled": desired},
+    }
 
 
 @pytest.fixture
@@ -91,13 +104,24 @@ def sample() -> tuple[dict, dict]:
 
 def test_doctor_passes_the_sample_cluster(sample: tuple[dict, dict]) -> None:
     rc, vals = sample
-    checks = evaluate(rc, [_pod("a"), _pod("b")], [_node("a", "4", "1"), _node("b", "4", "1")],
-                      [_ds("nvidia-device-plugin-daemonset", 2, 2), _ds("aws-efa-k8s-device-plugin-daemonset", 2, 2)],
-                      vals, notebook_ray="2.58.0", notebook_python="3.11")
+    checks = evaluate(
+        rc,
+        [_pod("a"), _pod("b")],
+        [_node("a", "4", "1"), _node("b", "4", "1")],
+        [_ds("nvidia-device-plugin-daemonset", 2, 2), _ds("aws-efa-k8s-device-plugin-daemonset", 2, 2)],
+        vals,
+        notebook_ray="2.58.0",
+        notebook_python="3.11",
+    )
     assert {c.name: c.state for c in checks} == {
-        "EFA requested by worker pods": "ok", "GPU nodes advertise EFA and GPUs": "ok",
-        "EFA and NVIDIA device plugins ready": "ok", "GPU nodes in one availability zone": "ok",
-        "NCCL/EFA variables on workers": "ok", "/dev/shm on workers": "ok", "notebook vs image versions": "ok"}
+        "EFA requested by worker pods": "ok",
+        "GPU nodes advertise EFA and GPUs": "ok",
+        "EFA and NVIDIA device plugins ready": "ok",
+        "GPU nodes in one availability zone": "ok",
+        "NCCL/EFA variables on workers": "ok",
+        "/dev/shm on workers": "ok",
+        "notebook vs image versions": "ok",
+    }
 
 
 def test_doctor_fails_each_silent_fallback_cause(sample: tuple[dict, dict]) -> None:
@@ -105,9 +129,18 @@ def test_doctor_fails_each_silent_fallback_cause(sample: tuple[dict, dict]) -> N
     c = rc["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
     c["resources"]["limits"].pop("vpc.amazonaws.com/efa")
     c["env"] = [e for e in c["env"] if e["name"] != "FI_PROVIDER"]
-    checks = {ch.name: ch for ch in evaluate(
-        rc, [_pod("a"), _pod("b")], [_node("a", "4", "0"), _node("b", "4", "1", zone="us-west-2b")],
-        [_ds("nvidia-device-plugin-daemonset", 2, 2)], vals, notebook_ray="2.58.0", notebook_python="3.13")}
+    checks = {
+        ch.name: ch
+        for ch in evaluate(
+            rc,
+            [_pod("a"), _pod("b")],
+            [_node("a", "4", "0"), _node("b", "4", "1", zone="us-west-2b")],
+            [_ds("nvidia-device-plugin-daemonset", 2, 2)],
+            vals,
+            notebook_ray="2.58.0",
+            notebook_python="3.13",
+        )
+    }
     assert checks["EFA requested by worker pods"].state == "fail"
     assert "a: 4 GPU, 0 EFA" in checks["GPU nodes advertise EFA and GPUs"].detail
     assert "EFA device plugin missing" in checks["EFA and NVIDIA device plugins ready"].detail
@@ -120,7 +153,8 @@ def test_doctor_fails_each_silent_fallback_cause(sample: tuple[dict, dict]) -> N
 def test_doctor_on_an_instance_without_efa(sample: tuple[dict, dict]) -> None:
     vals = manifest.resolve_values(manifest.load_values(), {"GPU_NODE_TYPE": "g6e.12xlarge"})
     rc = manifest.render(manifest.load_values(), {"GPU_NODE_TYPE": "g6e.12xlarge"})
-    checks = {ch.name: ch.state for ch in evaluate(rc, [], None, None, vals, notebook_ray="2.58.0",
-                                                   notebook_python="3.13")}
+    checks = {
+        ch.name: ch.state for ch in evaluate(rc, [], None, None, vals, notebook_ray="2.58.0", notebook_python="3.13")
+    }
     assert checks["EFA requested by worker pods"] == "n/a" and checks["NCCL/EFA variables on workers"] == "n/a"
     assert checks["GPU nodes advertise EFA and GPUs"] == "warn"  # nodes not listable: said, not guessed

@@ -11,14 +11,14 @@ from raynb.magics import split_config_expr
 
 
 @pytest.fixture(scope="module")
-def ip():  # noqa: ANN201
+def ip():
     shell = start_ipython() or get_ipython()  # one global test shell per process
     shell.run_line_magic("load_ext", "raynb")
     yield shell
     shell.run_line_magic("unload_ext", "raynb")
 
 
-def test_load_ext_registers_both_magics(ip) -> None:  # noqa: ANN001
+def test_load_ext_registers_both_magics(ip) -> None:
     assert "raycluster" in ip.magics_manager.magics["line"]
     assert "raytrain" in ip.magics_manager.magics["cell"]
 
@@ -36,34 +36,34 @@ def test_config_expression_may_hold_spaces(line: str, rest: str, expr: str | Non
     assert split_config_expr(line) == (rest, expr)
 
 
-def test_unknown_flag_is_a_usage_error(ip) -> None:  # noqa: ANN001
+def test_unknown_flag_is_a_usage_error(ip) -> None:
     with pytest.raises(UsageError) as ei:
         ip.run_cell_magic("raytrain", "--wrokers 2", "pass")
     assert "--wrokers" in ei.value.message and "usage" in ei.value.message
 
 
-def test_gpu_and_cpus_per_worker_exclude_each_other(ip) -> None:  # noqa: ANN001
+def test_gpu_and_cpus_per_worker_exclude_each_other(ip) -> None:
     with pytest.raises(UsageError, match="not allowed with"):
         ip.run_cell_magic("raytrain", "--gpu --cpus-per-worker 2", "pass")
 
 
-def test_config_must_be_a_dict(ip) -> None:  # noqa: ANN001
+def test_config_must_be_a_dict(ip) -> None:
     with pytest.raises(UsageError, match="dict"):
         ip.run_cell_magic("raytrain", "--config [1, 2]", "pass")
 
 
-def test_raytrain_without_a_cluster_says_how_to_start_one(ip) -> None:  # noqa: ANN001
+def test_raytrain_without_a_cluster_says_how_to_start_one(ip) -> None:
     with pytest.raises(NotConnectedError) as ei:
         ip.run_cell_magic("raytrain", "--workers 2", "x = 1")
     assert "%raycluster up --local" in ei.value.message
 
 
-def test_unknown_subcommand(ip) -> None:  # noqa: ANN001
+def test_unknown_subcommand(ip) -> None:
     with pytest.raises(UsageError, match="invalid choice"):
         ip.run_line_magic("raycluster", "upp")
 
 
-def test_config_magic_sets_options(ip) -> None:  # noqa: ANN001
+def test_config_magic_sets_options(ip) -> None:
     ip.run_line_magic("config", "RayNB.workers = 7")
     try:
         assert ip._raynb_magics._settings({}).workers == 7
@@ -72,7 +72,7 @@ def test_config_magic_sets_options(ip) -> None:  # noqa: ANN001
         ip.run_line_magic("config", "RayNB.workers = None")
 
 
-def test_errors_render_as_a_few_lines(ip) -> None:  # noqa: ANN001
+def test_errors_render_as_a_few_lines(ip) -> None:
     result = ip.run_cell("%raycluster upp")
     assert isinstance(result.error_in_exec, UsageError)
     lines = result.error_in_exec._render_traceback_()
@@ -89,19 +89,19 @@ def test_gpu_flag_takes_an_optional_boolean() -> None:
     assert p.parse_args([]).gpu is None
 
 
-def test_render_prints_the_yaml(ip, capsys) -> None:  # noqa: ANN001
+def test_render_prints_the_yaml(ip, capsys) -> None:
     ip.run_line_magic("raycluster", "render --set GPU_NODE_TYPE=p4d.24xlarge --set NAMESPACE=team-a")
     out = capsys.readouterr().out
     assert "kind: RayCluster" in out and "namespace: team-a" in out and "vpc.amazonaws.com/efa: '4'" in out
 
 
-def test_kubernetes_flags_and_local_do_not_mix(ip) -> None:  # noqa: ANN001
+def test_kubernetes_flags_and_local_do_not_mix(ip) -> None:
     with pytest.raises(UsageError) as ei:
         ip.run_line_magic("raycluster", "up --local --values manifests/values.env")
     assert "--local cannot be combined" in ei.value.what
 
 
-def test_up_with_values_goes_to_kubernetes_and_says_what_is_missing(ip, tmp_path, monkeypatch) -> None:  # noqa: ANN001
+def test_up_with_values_goes_to_kubernetes_and_says_what_is_missing(ip, tmp_path, monkeypatch) -> None:
     """No kubeconfig here: the magic reaches the Kubernetes path (after the versions check) and says what to do."""
     import sys
 

@@ -37,10 +37,18 @@ def test_defaults_are_the_samples_cluster() -> None:
     group = obj["spec"]["workerGroupSpecs"][0]
     assert group["replicas"] == 2 and group["rayStartParams"]["num-gpus"] == "4"
     w = _worker(obj)
-    assert w["resources"]["limits"] == {"nvidia.com/gpu": "4", "vpc.amazonaws.com/efa": "1", "cpu": "40",
-                                        "memory": "160Gi"}
-    assert _env(w) == {"NCCL_DEBUG": "INFO", "NCCL_SOCKET_IFNAME": "eth0", "FI_PROVIDER": "efa",
-                       "NCCL_NET_PLUGIN": "ofi"}  # g6: EFA without GPUDirect RDMA
+    assert w["resources"]["limits"] == {
+        "nvidia.com/gpu": "4",
+        "vpc.amazonaws.com/efa": "1",
+        "cpu": "40",
+        "memory": "160Gi",
+    }
+    assert _env(w) == {
+        "NCCL_DEBUG": "INFO",
+        "NCCL_SOCKET_IFNAME": "eth0",
+        "FI_PROVIDER": "efa",
+        "NCCL_NET_PLUGIN": "ofi",
+    }  # g6: EFA without GPUDirect RDMA
     shm = next(v for v in obj["spec"]["workerGroupSpecs"][0]["template"]["spec"]["volumes"] if v["name"] == "dshm")
     assert shm["emptyDir"]["medium"] == "Memory"
 
@@ -84,8 +92,14 @@ def test_unknown_instance_type_and_missing_values_are_clear_errors(tmp_path: Pat
 @pytest.mark.skipif(shutil.which("envsubst") is None, reason="envsubst (gettext-base) is not installed")
 def test_plain_envsubst_gives_the_same_cluster() -> None:
     env = {**os.environ, **load_values()}
-    text = subprocess.run(["envsubst"], input=(MANIFESTS / "raycluster.yaml").read_text(), env=env,
-                          capture_output=True, text=True, check=True).stdout
+    text = subprocess.run(
+        ["envsubst"],
+        input=(MANIFESTS / "raycluster.yaml").read_text(),
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     theirs = yaml.safe_load(text)
     ours = render()
     ours["metadata"].pop("annotations")
@@ -93,8 +107,10 @@ def test_plain_envsubst_gives_the_same_cluster() -> None:
 
 
 @pytest.mark.skipif(not CRD_FILES, reason="the KubeRay CRDs (shared/reference/crds) are not beside this checkout")
-@pytest.mark.parametrize("itype", ["g6.12xlarge", "g6e.12xlarge", "p4d.24xlarge", "p5.48xlarge", "p5e.48xlarge",
-                                   "p5en.48xlarge", "p6-b200.48xlarge"])
+@pytest.mark.parametrize(
+    "itype",
+    ["g6.12xlarge", "g6e.12xlarge", "p4d.24xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge", "p6-b200.48xlarge"],
+)
 def test_every_preset_validates_against_kuberay_v140_and_v170(itype: str) -> None:
     assert {p.name for p in CRD_FILES} >= {"ray.io_rayclusters.v1.4.0.yaml", "ray.io_rayclusters.v1.7.0.yaml"}
     obj = render(overrides={"GPU_NODE_TYPE": itype})

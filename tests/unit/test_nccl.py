@@ -81,16 +81,22 @@ a:1:2 [0] NCCL INFO Channel 00/0 : 1[1] -> 0[0] [receive] via NET/Socket/0
 
 
 def test_gdrdma_is_a_prefix_not_a_line_end() -> None:
-    s = parse("x:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [receive] via NET/Libfabric/0/GDRDMA/flush=None\n"
-              "x:1:1 [0] NCCL INFO NET/OFI Selected provider is efa, fabric is efa-direct (found 16 nics)")
+    s = parse(
+        "x:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [receive] via NET/Libfabric/0/GDRDMA/flush=None\n"
+        "x:1:1 [0] NCCL INFO NET/OFI Selected provider is efa, fabric is efa-direct (found 16 nics)"
+    )
     assert s.inter_node == "efa" and s.gdr is True
 
 
 def test_prefixes_are_stripped() -> None:
     assert normalize("[1,12]<stdout>:host:25:573 [4] NCCL INFO NET/OFI Initializing aws-ofi-nccl 1.9.1-aws") == (
-        "INFO", "NET/OFI Initializing aws-ofi-nccl 1.9.1-aws")
+        "INFO",
+        "NET/OFI Initializing aws-ofi-nccl 1.9.1-aws",
+    )
     assert normalize("[default0]:tp4:78:108 [0] NCCL INFO Using network Libfabric")[1] == "Using network Libfabric"
-    assert normalize("[2025-10-16 22:16:08] ip-1:19:37 [0] nccl_net_ofi_rdma_init:7978 NCCL WARN NET/OFI x")[0] == "WARN"
+    assert (
+        normalize("[2025-10-16 22:16:08] ip-1:19:37 [0] nccl_net_ofi_rdma_init:7978 NCCL WARN NET/OFI x")[0] == "WARN"
+    )
 
 
 def test_no_channel_lines_yet_says_so() -> None:
@@ -99,16 +105,37 @@ def test_no_channel_lines_yet_says_so() -> None:
 
 
 def test_cli_json_one_object_and_a_list(tmp_path: Path) -> None:
-    one = subprocess.run([sys.executable, "-m", "raynb.nccl", "--json", str(CORPUS / "roce-ib-gdr-2.19.log")],
-                         capture_output=True, text=True, check=True)
+    one = subprocess.run(
+        [sys.executable, "-m", "raynb.nccl", "--json", str(CORPUS / "roce-ib-gdr-2.19.log")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     obj = json.loads(one.stdout)
-    assert set(obj) == {"nccl_version", "ranks", "nodes", "intra_node", "inter_node", "network", "gdr", "fallback",
-                        "severity", "messages"} and obj["inter_node"] == "ib"
+    assert (
+        set(obj)
+        == {
+            "nccl_version",
+            "ranks",
+            "nodes",
+            "intra_node",
+            "inter_node",
+            "network",
+            "gdr",
+            "fallback",
+            "severity",
+            "messages",
+        }
+        and obj["inter_node"] == "ib"
+    )
     files = [str(CORPUS / "shm-intra-2.18.log"), str(CORPUS / "cxi-libfabric.log")]
     many = subprocess.run([sys.executable, "-m", "raynb.nccl", "--json", *files], capture_output=True, text=True)
     assert [o["intra_node"] for o in json.loads(many.stdout)] == ["shm", None]
-    human = subprocess.run([sys.executable, "-m", "raynb.nccl", str(CORPUS / "no-net-plugin-2.30.log"),
-                            str(tmp_path / "missing.log")], capture_output=True, text=True)
+    human = subprocess.run(
+        [sys.executable, "-m", "raynb.nccl", str(CORPUS / "no-net-plugin-2.30.log"), str(tmp_path / "missing.log")],
+        capture_output=True,
+        text=True,
+    )
     assert human.returncode == 1 and "ERROR" in human.stdout and "cannot read" in human.stderr
 
 

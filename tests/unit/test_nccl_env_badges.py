@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from raynb._worker_env import STRICT_EFA_NET, expand_debug_file, nccl_worker_env
 from raynb.display.nccl_badges import badge_label, badges_html
 from raynb.magics import parse_sizes
 from raynb.nccl import parse
-from raynb._worker_env import STRICT_EFA_NET, expand_debug_file, nccl_worker_env
 
 
 def test_summary_mode_logs_to_an_absolute_per_process_file() -> None:
@@ -24,8 +24,10 @@ def test_full_and_off_modes_and_user_values_win() -> None:
 
 
 def test_debug_file_expansion_matches_nccl() -> None:
-    assert expand_debug_file("/tmp/n.%h.%p.log", hostname="ip-10-0-1-2.ec2.internal", pid=42) == \
-        "/tmp/n.ip-10-0-1-2.42.log"
+    assert (
+        expand_debug_file("/tmp/n.%h.%p.log", hostname="ip-10-0-1-2.ec2.internal", pid=42)
+        == "/tmp/n.ip-10-0-1-2.42.log"
+    )
     assert expand_debug_file("/x/%%h-%q", hostname="h", pid=1) == "/x/%h-%q"
 
 

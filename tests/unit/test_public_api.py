@@ -26,7 +26,9 @@ def test_worker_side_import_is_light() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, raynb, raynb._worker, raynb._metrics, raynb.nccl; "
-            "print(sorted(m for m in ('IPython', 'pandas', 'plotly', 'traitlets') if m in sys.modules))")
+    code = (
+        "import sys, raynb, raynb._worker, raynb._metrics, raynb.nccl; "
+        "print(sorted(m for m in ('IPython', 'pandas', 'plotly', 'traitlets') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -12,16 +12,23 @@ from raynb._kubernetes import KubernetesBackend
 
 
 @pytest.fixture
-def kube_cluster(monkeypatch):  # noqa: ANN001, ANN201
-    backend = KubernetesBackend(target=None, ref=RayClusterRef("ray-train-cluster", "ray-train"),  # type: ignore[arg-type]
-                                values={"STRICT_EFA": "true", "STORAGE_PATH": "s3://bucket/runs",
-                                        "EFA_PER_NODE": "1", "GPUDIRECT_RDMA": "false"})
+def kube_cluster(monkeypatch):
+    backend = KubernetesBackend(
+        target=None,
+        ref=RayClusterRef("ray-train-cluster", "ray-train"),  # type: ignore[arg-type]
+        values={
+            "STRICT_EFA": "true",
+            "STORAGE_PATH": "s3://bucket/runs",
+            "EFA_PER_NODE": "1",
+            "GPUDIRECT_RDMA": "false",
+        },
+    )
     c = Cluster(backend)
     monkeypatch.setattr(cluster, "_current", c)
     return c
 
 
-def test_values_file_defaults_reach_run_settings(kube_cluster, monkeypatch) -> None:  # noqa: ANN001
+def test_values_file_defaults_reach_run_settings(kube_cluster, monkeypatch) -> None:
     monkeypatch.delenv("RAYNB_STRICT_EFA", raising=False)
     s = cluster.resolve_settings({"workers": 8})
     assert s.strict_efa is True and s.storage_path == "s3://bucket/runs" and s.workers == 8
@@ -31,7 +38,7 @@ def test_values_file_defaults_reach_run_settings(kube_cluster, monkeypatch) -> N
     assert kube_cluster.backend.efa_expected() == (True, False)
 
 
-def test_no_values_layer_without_a_kubernetes_cluster(monkeypatch) -> None:  # noqa: ANN001
+def test_no_values_layer_without_a_kubernetes_cluster(monkeypatch) -> None:
     monkeypatch.setattr(cluster, "_current", None)
     monkeypatch.delenv("RAYNB_STRICT_EFA", raising=False)
     assert cluster.resolve_settings().strict_efa is False
