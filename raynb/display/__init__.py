@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .run_view import run_html, run_text
+
+if TYPE_CHECKING:
+    from .viewed_run import ViewedRun
 
 __all__ = ["LiveView", "render_bundle", "frontend"]
 
@@ -27,7 +30,7 @@ def frontend() -> str:
     return "html" if type(ip).__name__ == "ZMQInteractiveShell" or "ipykernel" in type(ip).__module__ else "text"
 
 
-def _nccl_html(run: Any) -> str:
+def _nccl_html(run: ViewedRun) -> str:
     try:
         from .nccl_badges import badges_html
     except ImportError:  # pragma: no cover
@@ -35,12 +38,12 @@ def _nccl_html(run: Any) -> str:
     return badges_html(run)
 
 
-def render_bundle(run: Any) -> dict[str, str]:
+def render_bundle(run: ViewedRun) -> dict[str, str]:
     return {"text/plain": run_text(run), "text/html": run_html(run, nccl_html=_nccl_html(run))}
 
 
 class _Bundle:
-    def __init__(self, run: Any) -> None:
+    def __init__(self, run: ViewedRun) -> None:
         self.run = run
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:

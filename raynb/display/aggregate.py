@@ -6,10 +6,14 @@ only ever append. Cross-rank views (mean metric, total throughput) are kept as p
 
 from __future__ import annotations
 
+import weakref
 from collections import defaultdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .series import _COUNT_KEYS, _NOT_PLOTTED, _RATE_KEYS, Series, _num
+from .series import Series, _num, pick_key, rate_of
+
+if TYPE_CHECKING:
+    from .viewed_run import ViewedRun
 
 __all__ = ["Aggregate", "aggregate_of"]
 
@@ -26,14 +30,6 @@ class Aggregate:
         self._prev_t: dict[int, float] = {}
         self._pending: list[dict[str, Any]] = []  # records seen before the plotted key is known
 
-    def _pick_key(self, rec: dict[str, Any]) -> str | None:
-        if "loss" in rec:
-            return "loss"
-        for k, v in rec.items():
-            if k not in _NOT_PLOTTED and _num(v) is not None:
-                return k
-        return None
-
     def update(self, records: list[dict[str, Any]]) -> Aggregate:
         new = records[self.seen :]
         self.seen = len(records)
@@ -42,7 +38,7 @@ class Aggregate:
             step = float(r.get("step", 0))
             t = _num(r.get("time"))
             if self.key is None:
-                self.key = self._pick_key(r)
+                self.key = pick_key(r)
                 if self.key is None:
                     self._pending.append(r)
                 else:
@@ -51,21 +47,11 @@ class Aggregate:
                     self._pending.clear()
             if self.key is not None:
                 self._add_metric(r)
-            rate = None
-            for k, u in _RATE_KEYS:
-                if (v := _num(r.get(k))) is not None:
-                    rate, self.unit = v, self.unit or u
-                    break
-            else:
-                for k, u in _COUNT_KEYS:
-                    if (v := _num(r.get(k))) is not None:
-                        prev = self._prev_t.get(rank)
-                        if prev is not None and t is not None and t > prev:
-                            rate, self.unit = v / (t - prev), self.unit or u
-                        break
+            got = rate_of(r, self._prev_t.get(rank))
             if t is not None:
                 self._prev_t[rank] = t
-            if rate is not None:
+            if got is not None:
+                rate, self.unit = got[0], self.unit or got[1]
                 self.tput[rank].append((step, rate))
                 acc = self.tput_sum.setdefault(step, [0.0, 0])
                 acc[0] += rate
@@ -98,14 +84,17 @@ class Aggregate:
         return [(x, s) for x, (s, n) in sorted(self.tput_sum.items()) if n == ranks]
 
 
-def aggregate_of(run: Any) -> Aggregate:
-    """The run's aggregate, brought up to date (kept on the run object between redraws)."""
-    agg = getattr(run, "_raynb_aggregate", None)
+#: One aggregate per run object, dropped with the run (the display keeps a cache, never the run).
+_CACHE: weakref.WeakKeyDictionary[Any, Aggregate] = weakref.WeakKeyDictionary()
+
+
+def aggregate_of(run: ViewedRun) -> Aggregate:
+    """The run's aggregate, brought up to date (cached between redraws while the run object lives)."""
     records = run.records
+    try:
+        agg = _CACHE.get(run)
+    except TypeError:  # not weak-referenceable: aggregate from scratch
+        return Aggregate().update(records)
     if agg is None or agg.seen > len(records):
-        agg = Aggregate()
-        try:
-            run._raynb_aggregate = agg
-        except AttributeError:
-            pass
+        agg = _CACHE[run] = Aggregate()
     return agg.update(records)

@@ -4,7 +4,10 @@ to the verdict's sentences and the log lines it rests on. A socket fallback gets
 from __future__ import annotations
 
 import html
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .viewed_run import ViewedRun
 
 __all__ = ["badges_html", "badge_label"]
 
@@ -22,7 +25,7 @@ def badge_label(s: dict[str, Any]) -> str:
     return " · ".join(parts)
 
 
-def badges_html(run: Any) -> str:
+def badges_html(run: ViewedRun) -> str:
     per_rank = getattr(run, "nccl", None)
     if not per_rank:
         return ""

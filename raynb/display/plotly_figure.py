@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import series as S
-from .run_view import primary_metric
+
+if TYPE_CHECKING:
+    from .viewed_run import ViewedRun
 
 __all__ = ["run_figure"]
 
 
-def run_figure(run: Any) -> Any:
+def run_figure(run: ViewedRun) -> Any:
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     recs = run.records
-    key = primary_metric(recs) or "loss"
+    key = S.primary_metric(recs) or "loss"
     unit, tput = S.throughput_series(recs)
     fig = make_subplots(rows=1, cols=2, subplot_titles=(key, f"throughput ({unit})" if unit else "throughput"))
     for label, pts in S.metric_series(recs, key).items():

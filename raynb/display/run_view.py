@@ -4,14 +4,16 @@ one-line text form used in terminals and as ``text/plain``. Reads the run; holds
 from __future__ import annotations
 
 import html
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import series as S
 from .aggregate import aggregate_of
-from .series import _NOT_PLOTTED
 from .svg import line_chart
 
-__all__ = ["run_html", "run_text", "primary_metric"]
+if TYPE_CHECKING:
+    from .viewed_run import ViewedRun
+
+__all__ = ["run_html", "run_text"]
 
 _PHASE_COLORS = {
     "starting workers": "#6c757d",
@@ -28,19 +30,7 @@ def _elapsed(seconds: float) -> str:
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
-def primary_metric(records: list[dict[str, Any]]) -> str | None:
-    """``loss`` if reported, else the first numeric key that is not a count or a rate."""
-    for r in records[:50]:
-        if "loss" in r:
-            return "loss"
-    for r in records[:50]:
-        for k, v in r.items():
-            if k not in _NOT_PLOTTED and isinstance(v, (int, float)) and not isinstance(v, bool):
-                return k
-    return None
-
-
-def _status_text(run: Any) -> str:
+def _status_text(run: ViewedRun) -> str:
     phase = run.phase
     if phase == "aborted":
         return f"aborted at step {getattr(run, 'aborted_at_step', run.step)}"
@@ -55,14 +45,11 @@ def _fmt_num(v: float | None) -> str:
     return f"{v:.4g}"
 
 
-def _summary(run: Any) -> dict[str, Any]:
+def _summary(run: ViewedRun) -> dict[str, Any]:
     agg = aggregate_of(run)
     mean = agg.metric_mean()
     total = agg.tput_total()
-    rate = None
-    if total:
-        ys = sorted(y for _, y in total[-10:])
-        rate = ys[len(ys) // 2]  # median of the last 10 complete steps: robust to one slow step
+    rate = S.median(y for _, y in total[-10:])  # of the last 10 complete steps: robust to one slow step
     return {
         "key": agg.key,
         "agg": agg,
@@ -74,7 +61,7 @@ def _summary(run: Any) -> dict[str, Any]:
     }
 
 
-def run_text(run: Any) -> str:
+def run_text(run: ViewedRun) -> str:
     """``[run] running  step 12  0:34  loss 0.41  1,234 samples/s  2 workers``."""
     s = _summary(run)
     parts = [f"[{run.name}] {_status_text(run)}", f"step {run.step}", _elapsed(run.elapsed)]
@@ -89,7 +76,7 @@ def run_text(run: Any) -> str:
     return text
 
 
-def run_html(run: Any, *, nccl_html: str = "") -> str:
+def run_html(run: ViewedRun, *, nccl_html: str = "") -> str:
     s = _summary(run)
     phase = run.phase
     color = _PHASE_COLORS.get(phase, "#6c757d")

@@ -7,7 +7,18 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-__all__ = ["metric_series", "throughput_series", "differ", "downsample", "latest_throughput", "Series"]
+__all__ = [
+    "metric_series",
+    "throughput_series",
+    "differ",
+    "downsample",
+    "latest_throughput",
+    "median",
+    "rate_of",
+    "pick_key",
+    "primary_metric",
+    "Series",
+]
 
 Series = dict[str, list[tuple[float, float]]]
 
@@ -22,6 +33,46 @@ def _num(v: Any) -> float | None:
         return None
     f = float(v)
     return f if math.isfinite(f) else None
+
+
+def pick_key(record: dict[str, Any]) -> str | None:
+    """The metric to plot from one record: ``loss`` if reported, else its first numeric key that is not a count or
+    a rate."""
+    if "loss" in record:
+        return "loss"
+    for k, v in record.items():
+        if k not in _NOT_PLOTTED and _num(v) is not None:
+            return k
+    return None
+
+
+def primary_metric(records: Sequence[dict[str, Any]]) -> str | None:
+    """The metric a run's chart shows: ``loss`` if any of the first records has it, else :func:`pick_key`'s."""
+    head = records[:50]
+    if any("loss" in r for r in head):
+        return "loss"
+    return next((k for r in head if (k := pick_key(r)) is not None), None)
+
+
+def rate_of(record: dict[str, Any], prev_time: float | None) -> tuple[float, str] | None:
+    """(throughput, unit) of one rank's record: a reported rate, else a count over the time since that rank's previous
+    record; None when neither can be read."""
+    for k, u in _RATE_KEYS:
+        if (v := _num(record.get(k))) is not None:
+            return v, u
+    t = _num(record.get("time"))
+    for k, u in _COUNT_KEYS:
+        if (v := _num(record.get(k))) is not None:
+            if prev_time is not None and t is not None and t > prev_time:
+                return v / (t - prev_time), u
+            return None
+    return None
+
+
+def median(values: Iterable[float]) -> float | None:
+    """The upper median (one value of the data, robust to one slow step); None for no values."""
+    ys = sorted(values)
+    return ys[len(ys) // 2] if ys else None
 
 
 def metric_series(records: Iterable[dict[str, Any]], key: str = "loss") -> Series:
@@ -46,22 +97,12 @@ def throughput_series(records: Sequence[dict[str, Any]]) -> tuple[str, Series]:
         pts: list[tuple[float, float]] = []
         prev_t: float | None = None
         for r in recs:
-            t = _num(r.get("time"))
-            rate = None
-            for k, u in _RATE_KEYS:
-                if (v := _num(r.get(k))) is not None:
-                    rate, unit = v, unit or u
-                    break
-            else:
-                for k, u in _COUNT_KEYS:
-                    if (v := _num(r.get(k))) is not None:
-                        if prev_t is not None and t is not None and t > prev_t:
-                            rate, unit = v / (t - prev_t), unit or u
-                        break
-            if t is not None:
+            got = rate_of(r, prev_t)
+            if (t := _num(r.get("time"))) is not None:
                 prev_t = t
-            if rate is not None:
-                pts.append((float(r.get("step", 0)), rate))
+            if got is not None:
+                unit = unit or got[1]
+                pts.append((float(r.get("step", 0)), got[0]))
         if pts:
             out[f"rank {rank}"] = pts
     return unit, out
@@ -122,11 +163,7 @@ def downsample(points: list[tuple[float, float]], max_points: int = 300) -> list
 
 def latest_throughput(series: Series, window: int = 10) -> float | None:
     """Median of the last ``window`` cluster-total points (robust to one slow step)."""
-    tot = total(series)
-    if not tot:
-        return None
-    ys = sorted(y for _, y in tot[-window:])
-    return ys[len(ys) // 2]
+    return median(y for _, y in total(series)[-window:])
 
 
 def smooth(points: list[tuple[float, float]], window: int | None = None) -> list[tuple[float, float]]:

@@ -12,8 +12,8 @@ import yaml
 
 from raynb.manifest import MANIFESTS, ManifestError, load_values, render, validate
 
-CRDS = Path(__file__).resolve().parents[3] / "shared" / "reference" / "crds"
-CRD_FILES = sorted(CRDS.glob("ray.io_rayclusters.v*.yaml")) if CRDS.is_dir() else []
+CRDS = Path(__file__).resolve().parents[1] / "fixtures" / "crds"  # vendored: see its README for source and licence
+CRD_FILES = sorted(CRDS.glob("ray.io_rayclusters.v*.yaml"))
 
 
 def _worker(obj: dict) -> dict:
@@ -89,7 +89,9 @@ def test_unknown_instance_type_and_missing_values_are_clear_errors(tmp_path: Pat
         render(load_values(partial))
 
 
-@pytest.mark.skipif(shutil.which("envsubst") is None, reason="envsubst (gettext-base) is not installed")
+@pytest.mark.skipif(
+    shutil.which("envsubst") is None, reason="envsubst (gettext-base) is not installed: make setup installs it"
+)
 def test_plain_envsubst_gives_the_same_cluster() -> None:
     env = {**os.environ, **load_values()}
     text = subprocess.run(
@@ -106,7 +108,6 @@ def test_plain_envsubst_gives_the_same_cluster() -> None:
     assert theirs == ours
 
 
-@pytest.mark.skipif(not CRD_FILES, reason="the KubeRay CRDs (shared/reference/crds) are not beside this checkout")
 @pytest.mark.parametrize(
     "itype",
     ["g6.12xlarge", "g6e.12xlarge", "p4d.24xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge", "p6-b200.48xlarge"],
@@ -118,7 +119,6 @@ def test_every_preset_validates_against_kuberay_v140_and_v170(itype: str) -> Non
         validate(obj, crd)
 
 
-@pytest.mark.skipif(not CRD_FILES, reason="the KubeRay CRDs (shared/reference/crds) are not beside this checkout")
 def test_validation_names_what_is_wrong() -> None:
     obj = render()
     obj["spec"]["workerGroupSpecs"][0]["replicas"] = "two"

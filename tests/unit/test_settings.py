@@ -1,4 +1,4 @@
-"""config.py: one place, one order: flag > %config > RAYNB_* env > values file > default."""
+"""_settings.py: one place, one order: flag > %config > RAYNB_* env > values file > default."""
 
 from __future__ import annotations
 
@@ -44,3 +44,48 @@ def test_parse_assignments_for_env_and_set_flags() -> None:
         parse_assignments(["oops"], "--set")
     with pytest.raises(UsageError):
         parse_assignments(["=v"], "--env")
+
+
+def test_each_option_is_declared_once_and_the_faces_agree() -> None:
+    """%config traits and magic flags are derived from the Settings fields: same names, types, help and choices."""
+    import argparse
+    import dataclasses
+
+    from raynb import _settings
+    from raynb.magics import RayNB, _cluster_parser, _train_parser
+
+    fields = {f.name: f for f in dataclasses.fields(Settings)}
+    traits = RayNB.class_traits(config=True)
+    assert set(traits) == set(fields)
+    kinds = {bool: "Bool", int: "Int", float: "Float", str: "Unicode"}
+    for name, f in fields.items():
+        assert traits[name].help == f.metadata["help"], name
+        assert type(traits[name]).__name__ == kinds[_settings.base_type(name)], name
+
+    def actions(p: argparse.ArgumentParser) -> list[argparse.Action]:
+        out = list(p._actions)
+        for a in p._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for sub in a.choices.values():
+                    out += actions(sub)
+        return out
+
+    seen = set()
+    for a in actions(_train_parser()) + actions(_cluster_parser()):
+        if a.dest in fields:
+            f = fields[a.dest]
+            assert f.metadata["flag"] in a.option_strings and a.help == f.metadata["help"], a.dest
+            assert a.choices == _settings.choices(a.dest), a.dest
+            seen.add(a.dest)
+    declared_flags = {n for n, f in fields.items() if f.metadata["flag"]}
+    assert seen == declared_flags  # every declared flag is on some magic, and no magic flag bypasses Settings
+
+
+def test_flags_parse_to_the_option_types() -> None:
+    from raynb.magics import _cluster_parser, _train_parser
+
+    a = _train_parser().parse_args(["--workers", "4", "--gpu", "false", "--nccl", "off", "--strict-efa"])
+    assert (a.workers, a.gpu, a.nccl, a.strict_efa) == (4, False, "off", True)
+    u = _cluster_parser().parse_args(["up", "--num-gpus", "2", "--no-dashboard", "--namespace", "ns"])
+    assert (u.local_num_gpus, u.local_dashboard, u.kube_namespace) == (2, False, "ns")
+    assert _cluster_parser().parse_args(["up"]).local_dashboard is None  # unset: the next layer decides

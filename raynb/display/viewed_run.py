@@ -1,0 +1,49 @@
+"""What the display reads from a run: a typed view, so ``display/`` never imports (or holds) the run itself."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+__all__ = ["ViewedRun", "RunShape"]
+
+
+class RunShape(Protocol):
+    @property
+    def workers(self) -> int: ...
+
+    @property
+    def gpu(self) -> bool: ...
+
+
+class ViewedRun(Protocol):
+    """The parts of :class:`raynb.Run` the live view, the text line, the badges and the figure read."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def phase(self) -> str: ...
+
+    @property
+    def step(self) -> int: ...
+
+    @property
+    def elapsed(self) -> float: ...
+
+    @property
+    def records(self) -> list[dict[str, Any]]: ...
+
+    @property
+    def events(self) -> list[dict[str, Any]]: ...
+
+    @property
+    def nccl(self) -> dict[int, dict[str, Any]]: ...
+
+    @property
+    def error(self) -> Any: ...
+
+    @property
+    def spec(self) -> RunShape: ...

@@ -1,0 +1,142 @@
+"""Units that had no test of their own: Ray Client's auth/version preflight (against a real HTTP server on
+127.0.0.1 answering as Ray's dashboard does), the metrics sink's cursor and batching, the worker-side buffer, and the
+resource check that refuses runs a cluster can never place."""
+
+from __future__ import annotations
+
+import asyncio
+import http.server
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from raynb import _session
+from raynb._metrics import MetricsSink, Reporter
+from raynb._train import check_resources
+from raynb.errors import ConnectError, InsufficientResourcesError
+
+
+@pytest.fixture
+def dashboard() -> Iterator[dict]:
+    """A real HTTP server that answers like Ray's dashboard; ``state`` sets its answers."""
+    state = {"/api/authentication_mode": {"authentication_mode": "token"}, "/api/version": {"ray_version": "2.58.0"}}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = state.get(self.path)
+            raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+            self.send_response(200 if body is not None else 404)
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def log_message(self, *a: object) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    state["url"] = f"http://127.0.0.1:{srv.server_address[1]}"
+    yield state
+    srv.shutdown()
+
+
+def test_dashboard_get_reads_json_and_says_none_otherwise(dashboard: dict) -> None:
+    assert _session.dashboard_get(dashboard["url"], "/api/version") == {"ray_version": "2.58.0"}
+    assert _session.dashboard_get(dashboard["url"], "/missing") is None
+    dashboard["/api/version"] = b"<html>not json</html>"
+    assert _session.dashboard_get(dashboard["url"], "/api/version") is None
+    assert _session.dashboard_get(None, "/api/version") is None
+
+
+def test_token_head_without_a_token_is_refused_before_connecting(dashboard: dict, monkeypatch, tmp_path) -> None:
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "none"))
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    with pytest.raises(ConnectError, match="has no Ray token") as e:
+        _session.auth_preflight(dashboard["url"])
+    assert "~/.ray/auth_token" in (e.value.fix or "")
+
+
+def test_token_head_switches_a_fresh_kernel_to_token_mode(dashboard: dict, tmp_path) -> None:
+    """Before Ray is imported the kernel can still switch: preflight sets RAY_AUTH_MODE=token (a fresh process)."""
+    token = tmp_path / "token"
+    token.write_text("secret")
+    code = (
+        "import os, sys; from raynb import _session; "
+        f"print(_session.auth_preflight({dashboard['url']!r}), os.environ.get('RAY_AUTH_MODE'), "
+        "'ray._raylet' in sys.modules)"
+    )
+    env = {"PATH": "/usr/bin:/bin", "RAY_AUTH_TOKEN_PATH": str(token), "HOME": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    assert out.split() == ["token", "token", "False"]
+
+
+def test_disabled_head_changes_nothing(dashboard: dict, monkeypatch) -> None:
+    dashboard["/api/authentication_mode"] = {"authentication_mode": "disabled"}
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    assert _session.auth_preflight(dashboard["url"]) == "disabled"
+    assert _session.auth_preflight(None) is None  # no dashboard: nothing to ask
+
+
+def test_version_mismatch_names_what_to_install() -> None:
+    import ray
+
+    here = ".".join(map(str, sys.version_info[:2]))
+    _session.check_versions(ray.__version__, here)  # the same: no error
+    with pytest.raises(ConnectError) as e:
+        _session.check_versions("9.9.9", "3.99", where="the image X")
+    assert "Ray 9.9.9" not in e.value.what and "Ray " + ray.__version__ + " here vs 9.9.9 on the image X" in e.value.saw
+    assert "Python 3.99" in (e.value.fix or "") and "ray[client,train,default]==9.9.9" in (e.value.fix or "")
+
+
+def test_sink_hands_out_each_record_once_and_forgets_drained_ones() -> None:
+    async def go() -> None:
+        sink = MetricsSink()
+        await sink.push([{"step": 1}, {"step": 2}])
+        await sink.event({"kind": "worker_started", "rank": 0})
+        cursor, recs, evs = await sink.drain(0, 0)
+        assert (cursor, [r["step"] for r in recs], [e["kind"] for e in evs]) == (2, [1, 2], ["worker_started"])
+        await sink.push([{"step": 3}])
+        cursor, recs, evs = await sink.drain(cursor, 1)
+        assert (cursor, [r["step"] for r in recs], evs) == (3, [3], [])
+        assert sink._records == [{"step": 3}]  # what the notebook has is dropped: memory stays bounded
+        t0 = asyncio.get_running_loop().time()
+        assert await sink.drain(cursor, 1, timeout=0.2) == (3, [], [])  # nothing new: waits, then empty
+        assert asyncio.get_running_loop().time() - t0 >= 0.15
+
+    asyncio.run(go())
+
+
+def test_reporter_numbers_steps_bounds_its_buffer_and_converts_values() -> None:
+    rep = Reporter(sink=None, rank=3, flush_interval=3600, max_buffered=3)  # the flusher never fires here
+    try:
+        rep.add({"loss": 1.0})
+        rep.add({"loss": 0.5, "step": 10})
+        rep.add({"loss": 0.25})
+
+        class Scalar:
+            def item(self) -> float:
+                return 0.125
+
+        rep.add({"loss": Scalar()})  # the 4th record pushes the oldest out
+        batch = rep._take()
+        assert [(r["rank"], r["step"], r["loss"]) for r in batch] == [(3, 10, 0.5), (3, 11, 0.25), (3, 12, 0.125)]
+        assert rep.dropped == 1 and rep._take() == []
+    finally:
+        rep._stop.set()
+
+
+def test_check_resources_refuses_what_can_never_be_placed() -> None:
+    check_resources(2, False, 1.0, total={"CPU": 2.0})
+    with pytest.raises(InsufficientResourcesError, match="3 workers x 1 CPUs = 3 CPUs") as e:
+        check_resources(3, False, 1.0, total={"CPU": 2.0})
+    assert "--workers 2" in (e.value.fix or "")
+    with pytest.raises(InsufficientResourcesError, match="4 GPU workers") as e:
+        check_resources(4, True, 1.0, total={"CPU": 16.0, "GPU": 2.0})
+    assert e.value.fix == "use --workers 2"
+    with pytest.raises(InsufficientResourcesError) as e:
+        check_resources(1, True, 1.0, total={"CPU": 16.0})
+    assert "drop --gpu" in (e.value.fix or "")
