@@ -56,7 +56,7 @@ def test_more_workers_than_cpus_fails_before_waiting(cluster: raynb.Cluster, ip)
     t0 = time.monotonic()
     with pytest.raises(InsufficientResourcesError) as ei:
         ip.run_cell_magic("raytrain", "--workers 64", "pass")
-    assert time.monotonic() - t0 < 5
+    assert time.monotonic() - t0 < 60  # refused up front, never queued (a queued run would wait forever)
     assert "64 workers" in ei.value.message and "--workers" in ei.value.fix
     with pytest.raises(InsufficientResourcesError, match="GPU"):
         ip.run_cell_magic("raytrain", "--workers 1 --gpu", "pass")
@@ -155,11 +155,11 @@ def test_token_auth_head_is_detected_instead_of_hanging(tmp_path: Path) -> None:
             results[case] = json.loads(line[0][7:])
         out = results["fresh"]
         assert "requires token authentication" in out["no_token"] and "~/.ray/auth_token" in out["no_token"]
-        assert out["no_token_s"] < 5  # not the 30 s hang
+        assert out["no_token_s"] < 20  # not the 30 s hang
         assert out["mode"] == "token" and out["cpus"] == 1.0  # connected, in token mode
         late = results["imported-first"]
         assert "RAY_AUTH_MODE=token" in late["late"] and "restart the kernel" in late["late"]
-        assert late["late_s"] < 5
+        assert late["late_s"] < 20  # not the 30 s hang
     finally:
         _stop_head_at(temp)
 
@@ -168,12 +168,25 @@ def _stop_head_at(temp: str) -> None:
     """Stop only the head that uses ``temp`` (never `ray stop`: it would kill the package's head too)."""
     import signal
 
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
+    def pids() -> list[int]:
+        out = []
+        for entry in Path("/proc").iterdir():
             try:
-                if temp.encode() in (entry / "cmdline").read_bytes():
-                    os.kill(int(entry.name), signal.SIGKILL)
+                if entry.name.isdigit() and temp.encode() in (entry / "cmdline").read_bytes():
+                    state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                    if state != "Z":
+                        out.append(int(entry.name))
             except OSError:
                 pass
+        return out
+
     # gcs_server and raylet name the session dir under temp in their arguments; the rest die with them
-    time.sleep(1)
+    for pid in pids():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    deadline = time.monotonic() + 30
+    while pids() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert pids() == [], f"processes of the head in {temp} survived SIGKILL"

@@ -99,7 +99,7 @@ def test_three_gpu_workers_on_two_gpu_nodes_times_out_with_the_schedulers_reason
             progress=say,
         )
     took = time.monotonic() - t0
-    assert took < 40, took  # the timeout holds (plus the time to apply)
+    assert took < 100, took  # the 10 s timeout holds (the default would wait 900 s)
     assert "was not ready after 10 s" in e.value.what and "workers 2/3 ready" in e.value.what
     assert "Insufficient nvidia.com/gpu" in e.value.saw  # the real scheduler's words
     assert "GPU_NODE_COUNT" in e.value.saw and "%raycluster down" in e.value.fix
@@ -139,5 +139,5 @@ def test_image_pull_failure_fails_fast(clean) -> None:
             timeout=120,
             progress=lambda _m: None,
         )
-    assert time.monotonic() - t0 < 60  # not the 120 s timeout: waiting cannot help
+    assert time.monotonic() - t0 < 100  # fails before the 120 s timeout: waiting cannot help
     assert "image cannot be pulled" in e.value.what and "ImagePullBackOff" in e.value.saw

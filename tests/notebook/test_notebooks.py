@@ -50,11 +50,21 @@ def test_stop_button_aborts_and_the_kernel_stays_usable(tmp_path: Path) -> None:
         dashboard = re.search(r"http://127\.0\.0\.1:\d+", text(up))[0]
         steps: list[int] = []
         interrupted: list[float] = []
+        seen_alive: list[int] = []
+        from ray.util.state import list_actors
+
+        def alive() -> list:
+            return list_actors(
+                address=dashboard,
+                filters=[("class_name", "=", "RayTrainWorker"), ("state", "=", "ALIVE")],
+                raise_on_missing_output=False,
+            )
 
         def watch(m: dict) -> None:
             for s in STEP.findall(html_of(m)):
                 steps.append(int(s))
             if steps and max(steps) >= 3 and not interrupted:
+                seen_alive.append(len(alive()))  # the query must see the workers before it can vouch they are gone
                 km.interrupt_kernel()
                 interrupted.append(time.monotonic())
 
@@ -67,18 +77,10 @@ def test_stop_button_aborts_and_the_kernel_stays_usable(tmp_path: Path) -> None:
         errs = errors(msgs)
         assert len(errs) == 1 and errs[0]["ename"] == "RunAborted", text(msgs)
         assert "aborted at step" in errs[0]["evalue"] and "SystemExit" not in text(msgs)
-        from ray.util.state import list_actors
-
-        def alive() -> list:
-            return list_actors(
-                address=dashboard,
-                filters=[("class_name", "=", "RayTrainWorker"), ("state", "=", "ALIVE")],
-                raise_on_missing_output=False,
-            )
-
-        while alive() and time.monotonic() - interrupted[0] < 5:
+        assert seen_alive == [2], seen_alive
+        while alive() and time.monotonic() - interrupted[0] < 30:
             time.sleep(0.2)
-        assert alive() == [], "workers must be gone within 5 s of the interrupt"
+        assert alive() == [], "the workers must be stopped by the interrupt, not left running"
         after = run(kc, "print(r.status, r.aborted_at_step >= 3, 6 * 7)")
         assert "aborted True 42" in text(after)
         run(kc, "%raycluster down", timeout=120)

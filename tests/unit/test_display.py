@@ -93,14 +93,31 @@ class _Handle:
         self.updates += 1
 
 
-def test_live_view_throttles_and_skips_unchanged() -> None:
-    run = _run(_recs())
+def test_live_view_throttles_and_skips_unchanged(monkeypatch) -> None:  # noqa: ANN001
+    """Each mechanism on its own: a change within the period waits (throttle); no change after the period is not
+    drawn (change check); a change after the period is drawn."""
+    import raynb.display as D
+
+    now = [1000.0]
+    monkeypatch.setattr(D.time, "monotonic", lambda: now[0])
+    run = _run(_recs(steps=2))
     view = LiveView(run, mode="html", hz=4)
     view._handle = _Handle()
     view.refresh(force=True)
-    for _ in range(50):
-        view.refresh()  # same state, within the same quarter second: no redraw
     assert view._handle.updates == 1
+    run.records = _recs(steps=3)  # changed, 0.1 s later: within the 0.25 s period
+    now[0] += 0.1
+    view.refresh()
+    assert view._handle.updates == 1, "a change inside the period must wait (throttle)"
+    now[0] += 0.2  # the period is over, and the change is still there
+    view.refresh()
+    assert view._handle.updates == 2, "a change after the period must be drawn"
+    now[0] += 10.0  # long after, nothing changed
+    view.refresh()
+    assert view._handle.updates == 2, "an unchanged run must not be redrawn"
+    run.status = run.phase = "succeeded"
+    view.refresh()
+    assert view._handle.updates == 3
 
 
 def test_text_mode_writes_one_line() -> None:
