@@ -123,7 +123,7 @@ def _start_payload(
         cpus_per_worker=settings.cpus_per_worker,
         config=dict(config or {}),
         name=name,
-        worker_env=worker_env(settings.nccl, name, gpu=settings.gpu, strict_efa=settings.strict_efa, user_env=user_env),
+        worker_env=worker_env(settings.nccl, name, strict_efa=settings.strict_efa, user_env=user_env),
         storage_path=settings.storage_path,
         cell_file=cell_file,
         cell_source=cell_source,

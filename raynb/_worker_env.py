@@ -90,8 +90,8 @@ def launcher_env(health_check_interval_s: float) -> dict[str, str]:
 
 
 def worker_env(
-    mode: str, run_name: str, *, gpu: bool, strict_efa: bool = False, user_env: Mapping[str, str] | None = None
+    mode: str, run_name: str, *, strict_efa: bool = False, user_env: Mapping[str, str] | None = None
 ) -> dict[str, str]:
-    """Variables of every Train worker: raynb's defaults, NCCL's (GPU runs), then the user's (which win)."""
-    extra = nccl_worker_env(mode, run_name, strict_efa=strict_efa, user_env=user_env) if gpu else dict(user_env or {})
-    return {**WORKER_ENV_DEFAULTS, **extra}
+    """Variables of every Train worker: raynb's defaults, NCCL's, then the user's (which win). NCCL's are the same
+    for CPU runs, where nothing loads NCCL and they stay unread: a run's environment does not depend on its device."""
+    return {**WORKER_ENV_DEFAULTS, **nccl_worker_env(mode, run_name, strict_efa=strict_efa, user_env=user_env)}

@@ -84,6 +84,10 @@ def head_behind_pods(stack: controlplane.Stack, tmp_path_factory: pytest.TempPat
     log = tmp_path_factory.mktemp("head-log") / "head.cri.log"
     lines = (Path(head.temp_dir) / "session_latest" / "logs" / "gcs_server.out").read_text().splitlines()[:50]
     log.write_text("".join(f"2026-11-30T00:00:{i % 60:02d}.000000000Z stdout F {ln}\n" for i, ln in enumerate(lines)))
+    # the worker "pods" serve a log of their own (kwok reads the file; the lines name the container)
+    (log.parent / "worker.cri.log").write_text(
+        "".join(f"2026-11-30T00:01:{i:02d}.000000000Z stdout F ray-worker line {i}\n" for i in range(20))
+    )
     apply(
         stack,
         {
@@ -107,7 +111,10 @@ def head_behind_pods(stack: controlplane.Stack, tmp_path_factory: pytest.TempPat
             "metadata": {"name": "ray-head"},
             "spec": {
                 "selector": {"matchNamespaces": ["ray-train"]},
-                "logs": [{"containers": ["ray-head"], "logsFile": str(log)}],
+                "logs": [
+                    {"containers": ["ray-head"], "logsFile": str(log)},
+                    {"containers": ["ray-worker"], "logsFile": str(log.parent / "worker.cri.log")},
+                ],
             },
         },
     )

@@ -45,6 +45,9 @@ def test_up_ready_status_reuse_down(clean) -> None:
     assert again.kind == "kubernetes" and again.backend.ref == REF
     assert again.backend.values["DLC_IMAGE"] == "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"
     assert again.backend.values["PYTHON_VERSION"] == HERE_PY and again.backend.efa_expected() == (True, False)
+    with raynb.Cluster.from_name("ray-train-cluster", connect=False):
+        pass  # attaching never deletes: the with-block only tears down what its own `up` created
+    assert kube.get_raycluster(target, REF) is not None
     with pytest.raises(raynb.RaynbError) as e:
         raynb.Cluster.from_name("no-such-cluster", connect=False)
     assert "No RayCluster 'no-such-cluster' in namespace 'ray-train'" in e.value.what
@@ -141,3 +144,30 @@ def test_image_pull_failure_fails_fast(clean) -> None:
         )
     assert time.monotonic() - t0 < 100  # fails before the 120 s timeout: waiting cannot help
     assert "image cannot be pulled" in e.value.what and "ImagePullBackOff" in e.value.saw
+
+
+def test_replica_failure_fails_at_once(stack, clean) -> None:
+    """A namespace quota lets KubeRay create the head but refuses the workers: KubeRay sets ReplicaFailure, and `up`
+    fails at once with the operator's words instead of waiting for pods that will never exist."""
+    from conftest import apply, delete
+
+    apply(
+        stack,
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "one-pod", "namespace": "ray-train"},
+            "spec": {"hard": {"pods": "1"}},
+        },
+    )
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(ClusterStartError) as e:
+            raynb.up(
+                values=VALUES, set={"PYTHON_VERSION": HERE_PY}, connect=False, timeout=300, progress=lambda _m: None
+            )
+        assert time.monotonic() - t0 < 200  # not the 300 s timeout
+        assert "KubeRay could not create the pods" in e.value.what
+        assert "quota" in (e.value.saw or "").lower(), e.value.saw
+    finally:
+        delete(stack, "v1", "ResourceQuota", "one-pod", "ray-train")

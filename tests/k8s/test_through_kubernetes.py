@@ -3,8 +3,10 @@ API server's pods/portforward → kwok's ClusterPortForward → a real `ray star
 `%%raytrain`. Also `logs` (kwok's ClusterLogs serves the real head's log file through pods/log), `doctor`, `status`,
 the tunnels being re-opened after they drop, and `down`.
 
-What is modelled: the head "pod" is the local Ray head, so the versions check compares this kernel with itself (the
-test sets PYTHON_VERSION to this Python); the GPU nodes are kwok's."""
+What is modelled: the head "pod" is the local Ray head, so the versions check here passes by construction (the test
+sets PYTHON_VERSION to this Python; test_errors.py checks a real mismatch refuses before creating anything); the GPU
+nodes are kwok's. The values file's STORAGE_PATH and STRICT_EFA reach a real run: Ray Train writes under the storage
+path, and the workers get NCCL_NET=Libfabric."""
 
 from __future__ import annotations
 
@@ -19,19 +21,41 @@ from tests.notebook.kernels import errors, kernel, run, text
 pytestmark = pytest.mark.k8s
 
 
-def test_raytrain_runs_through_the_kubernetes_path(head_behind_pods, clean) -> None:
+def test_raytrain_runs_through_the_kubernetes_path(head_behind_pods, clean, tmp_path) -> None:
     _head, log = head_behind_pods
+    storage = tmp_path / "runs"
     with kernel(cwd=str(log.parent)) as (_km, kc):
         assert not errors(run(kc, "%load_ext raynb"))
-        out = run(kc, f"%raycluster up --values {VALUES} --set PYTHON_VERSION={HERE_PY} --timeout 60", timeout=180)
+        out = run(
+            kc,
+            f"%raycluster up --values {VALUES} --set PYTHON_VERSION={HERE_PY} --set STORAGE_PATH={storage} "
+            "--set STRICT_EFA=true --timeout 60",
+            timeout=180,
+        )
         assert not errors(out), text(out)
         t = text(out)
         assert "ready after" in t and "through the Kubernetes API" in t and "connected to ray://127.0.0.1:" in t
 
-        cell = "%%raytrain --workers 2\nimport raynb\nfor step in range(30):\n    raynb.report(loss=1.0 / (step + 1))\n"
+        cell = (
+            "%%raytrain --workers 2 --name through-k8s --out r\nimport os, raynb\n"
+            "for step in range(30):\n    raynb.report(loss=1.0 / (step + 1), net=os.environ.get('NCCL_NET', '-'))\n"
+        )
         out = run(kc, cell, timeout=300)
         assert not errors(out), text(out)
         assert "succeeded" in text(out)
+        out = run(
+            kc,
+            "import json; df = r.metrics; print(json.dumps({'status': r.status, 'step': r.step, 'n': len(df), "
+            "'steps': sorted(set(df['step'])), 'ranks': sorted(set(df['rank'])), 'nets': sorted(set(df['net'])), "
+            "'first': float(df[df.step == 1]['loss'].mean()), 'last': float(df[df.step == 30]['loss'].mean()), "
+            "'strict': r.settings.strict_efa, 'storage': r.settings.storage_path, 'path': r.result['path']}))",
+        )
+        got = json.loads(text(out).strip().splitlines()[-1])
+        assert (got["status"], got["step"], got["n"], got["ranks"]) == ("succeeded", 30, 60, [0, 1])
+        assert got["steps"] == list(range(1, 31)) and got["last"] < got["first"] / 10  # every step, from both ranks
+        assert got["strict"] is True and got["nets"] == ["Libfabric"]  # STRICT_EFA from the values file
+        assert got["storage"] == str(storage) and got["path"].startswith(str(storage / "through-k8s"))
+        assert (storage / "through-k8s").is_dir()  # Ray Train really wrote there
 
         out = run(
             kc,
@@ -65,6 +89,21 @@ def test_raytrain_runs_through_the_kubernetes_path(head_behind_pods, clean) -> N
         assert not errors(out), text(out)
         assert log.read_text().splitlines()[-1].split(" F ", 1)[1][:40] in text(out)
         assert "==> ray-train/ray-train-cluster-head-" in text(out)
+        out = run(kc, "%raycluster logs worker-1 --tail 3")
+        assert not errors(out), text(out)
+        t = text(out)
+        assert "ray-worker line 19" in t and "ray-worker line 16" not in t and "(last 3 lines)" in t
+        pod = t.split("==> ray-train/", 1)[1].split()[0]
+        assert "worker" in pod
+        out = run(kc, f"%raycluster logs {pod} --tail 1")
+        assert not errors(out), text(out)
+        assert f"==> ray-train/{pod}" in text(out) and "ray-worker line 19" in text(out)
+
+        # %config reaches list and down (no --namespace given)
+        out = run(kc, "%config RayNB.kube_namespace = 'elsewhere'\n%raycluster list")
+        assert "ray-train-cluster" not in text(out), text(out)
+        out = run(kc, "%config RayNB.kube_namespace = 'ray-train'\n%raycluster list")
+        assert "ray-train-cluster" in text(out), text(out)
 
         out = run(kc, "d = raynb.doctor(); print({x.name: x.state for x in d.checks})")
         states = eval(text(out).strip().splitlines()[-1])
@@ -72,7 +111,12 @@ def test_raytrain_runs_through_the_kubernetes_path(head_behind_pods, clean) -> N
         assert states["EFA requested by worker pods"] == "ok"
         assert states["EFA and NVIDIA device plugins ready"] == "fail"  # kwok nodes run no device plugins yet
 
-        out = run(kc, "%raycluster down", timeout=120)
+        # down NAME from a kernel not connected to it, in the namespace %config names
+        out = run(kc, "raynb.current().disconnect()\n%config RayNB.kube_namespace = 'elsewhere'")
+        assert not errors(out), text(out)
+        out = run(kc, "%raycluster down ray-train-cluster", timeout=120)
+        assert "no RayCluster elsewhere/ray-train-cluster: nothing to delete" in text(out), text(out)
+        out = run(kc, "%config RayNB.kube_namespace = 'ray-train'\n%raycluster down ray-train-cluster", timeout=120)
         assert not errors(out), text(out)
         assert "deleted" in text(out)
     target = kube.connect_api()

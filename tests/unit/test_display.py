@@ -93,7 +93,7 @@ class _Handle:
         self.updates += 1
 
 
-def test_live_view_throttles_and_skips_unchanged(monkeypatch) -> None:  # noqa: ANN001
+def test_live_view_throttles_and_skips_unchanged(monkeypatch) -> None:
     """Each mechanism on its own: a change within the period waits (throttle); no change after the period is not
     drawn (change check); a change after the period is drawn."""
     import raynb.display as D
