@@ -3,10 +3,13 @@
   python bench/metrics_path.py [--scale-seconds 60] [--ranks 512] [--rate 10]
 
 - report_cost: worker-side cost of raynb.report() (target p50 <= 1 ms), next to bare Ray Train's
-  ray.train.report() per call, measured in the same run inside a real TorchTrainer with Ray's defaults.
+  ray.train.report() per call; both measured inside real Ray Train workers (a raynb run and a bare TorchTrainer with
+  Ray's defaults) in the same invocation. Bare calls block ~2 s each, so that side makes few calls.
 - latency: worker -> notebook, record time to arrival in the driver (target p95 <= 250 ms).
 - scale: simulated ranks x reports/s for N seconds into one notebook (a MetricStream and a live view redrawing at
-  4 Hz), with the lag in the first and the last 10 s (target: no growth).
+  4 Hz), with the lag in the first and the last 10 s (target: no growth). Simulated means: --processes Ray worker
+  processes each host ranks/processes logical ranks behind one Reporter, flushing every 100 ms (a real worker's
+  period); the JSON says so under "simulated".
 Numbers are machine-dependent: quote the ratios.
 """
 
@@ -25,7 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import ray
 
 import raynb
-from raynb import metrics
+from raynb import _metrics as metrics
+
+#: A real worker's flush period (run_on_worker's default).
+FLUSH_S = 0.1
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -36,17 +42,6 @@ def pct(xs: list[float], q: float) -> float:
 @ray.remote(num_cpus=0)
 class ReportingWorker:
     """Stands in for a training worker: a Ray worker process with a Reporter, like run_on_worker sets up."""
-
-    def cost(self, sink: Any, n: int) -> list[float]:
-        rep = metrics.Reporter(sink, 0)
-        metrics._set_reporter(rep)
-        out = []
-        for i in range(n):
-            t0 = time.perf_counter()
-            metrics.report(loss=1.0 / (i + 1), samples=32)
-            out.append((time.perf_counter() - t0) * 1e6)
-        rep.close()
-        return out
 
     def steady(self, sink: Any, seconds: float, hz: float) -> int:
         rep = metrics.Reporter(sink, 0)
@@ -61,7 +56,7 @@ class ReportingWorker:
 
     def simulate(self, sink: Any, ranks: list[int], seconds: float, rate: float) -> int:
         """Many logical ranks in one process, each reporting ``rate`` times a second through one flusher."""
-        rep = metrics.Reporter(sink, ranks[0], flush_interval=0.05)
+        rep = metrics.Reporter(sink, ranks[0], flush_interval=FLUSH_S)
         steps = dict.fromkeys(ranks, 0)
         n, t0 = 0, time.time()
         tick = 1.0 / rate
@@ -79,21 +74,52 @@ class ReportingWorker:
         return n
 
 
+@ray.remote(num_cpus=0)
+class Collector:
+    def __init__(self) -> None:
+        self.v: list[float] = []
+
+    def add(self, v: list[float]) -> None:
+        self.v.extend(v)
+
+    def get(self) -> list[float]:
+        return self.v
+
+
+def _raynb_cost_loop(config: dict) -> None:
+    import time
+
+    import ray
+    import ray.train
+
+    import raynb
+
+    out = []
+    for i in range(config["calls"]):
+        t0 = time.perf_counter()
+        raynb.report(loss=1.0 / (i + 1), samples=32)
+        out.append((time.perf_counter() - t0) * 1e6)
+    if ray.train.get_context().get_world_rank() == 0:
+        ray.get(config["col"].add.remote(out))
+
+
+def raynb_report_us(calls: int = 20_000) -> list[float]:
+    """Per-call time of raynb.report() inside the workers of a real raynb run (rank 0's calls)."""
+    col = Collector.remote()
+    raynb.train(
+        _raynb_cost_loop,
+        workers=2,
+        config={"calls": calls, "col": col},
+        display=False,
+        name=f"bench-raynb-report-{int(time.time())}",
+    ).raise_for_status()
+    return ray.get(col.get.remote())
+
+
 def bare_train_report_ms(calls: int = 4) -> list[float]:
     """Per-call time of ray.train.report() inside a bare TorchTrainer with Ray's default settings."""
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
-
-    @ray.remote(num_cpus=0)
-    class Collector:
-        def __init__(self) -> None:
-            self.v: list[float] = []
-
-        def add(self, v: list[float]) -> None:
-            self.v.extend(v)
-
-        def get(self) -> list[float]:
-            return self.v
 
     col = Collector.remote()
 
@@ -126,16 +152,15 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, default=512)
     ap.add_argument("--rate", type=float, default=10)
     ap.add_argument("--processes", type=int, default=8, help="processes hosting the simulated ranks")
+    ap.add_argument("--out", help="also write the JSON record to this file (bench/results/...)")
     args = ap.parse_args()
     raynb.up(local=True, progress=lambda m: print(m, file=sys.stderr))
     out: dict[str, Any] = {"ray": ray.__version__}
 
-    # 1. worker-side cost of report()
-    sink = metrics.sink_actor()
-    stream = metrics.MetricStream(sink).start()
-    w = ReportingWorker.remote()
-    cost_us = ray.get(w.cost.remote(sink, 20_000))
+    # 1. worker-side cost of report(), both inside real Train workers
+    cost_us = raynb_report_us()
     bare_ms = bare_train_report_ms()
+    w = ReportingWorker.remote()
     out["report_cost"] = {
         "raynb_p50_us": statistics.median(cost_us),
         "raynb_p99_us": pct(cost_us, 99),
@@ -143,10 +168,9 @@ def main() -> None:
         "bare_ray_train_report_p50_ms": statistics.median(bare_ms),
         "bare_calls": len(bare_ms),
         "ratio_bare_over_raynb": statistics.median(bare_ms) * 1000 / statistics.median(cost_us),
+        "where": "rank 0 of a 2-worker run: raynb.train for raynb, a bare TorchTrainer for ray.train.report",
         "target_p50_us": 1000,
     }
-    stream.stop()
-    time.sleep(0.5)
 
     # 2. latency worker -> notebook at a steady 20 reports/s (sink up first, as in a run: Train takes longer to start)
     sink = metrics.sink_actor()
@@ -223,6 +247,8 @@ def main() -> None:
         "reports_per_s_per_rank": args.rate,
         "seconds": args.scale_seconds,
         "processes": args.processes,
+        "simulated": f"{args.processes} Ray worker processes x {args.ranks // args.processes} logical ranks each, one "
+        f"Reporter per process flushing every {FLUSH_S * 1000:.0f} ms",
         "sent": sent,
         "received": len(recs),
         "lag_p95_first_10s_ms": pct(first, 95),
@@ -232,7 +258,10 @@ def main() -> None:
         "live_view_render_p95_ms": pct(render_ms, 95),
         "redraws": len(render_ms),
     }
-    print(json.dumps(out, indent=1))
+    text = json.dumps(out, indent=1)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
 """raynb's cost around a training function vs a bare TorchTrainer.fit() of the same function; prints JSON.
 
-  python bench/train_overhead.py [--rounds 3] [--steps 400]
+  python bench/train_overhead.py [--rounds 3] [--steps 400] [--no-report] [--out bench/results/NAME.json]
 
-Both run on the same embedded cluster, over the same Ray Client connection, alternating (bare, raynb) per round.
+Both run on the same embedded cluster, over the same Ray Client connection. One warm-up round of each mode comes
+first and is not counted (the first fit() of a process imports Ray Train; raynb's launcher is pre-warmed); then the
+modes alternate, and the order flips every round (bare, raynb / raynb, bare / ...), so neither always runs second.
 - start_to_first_step_s: from the call (cell start) to the end of the first training step on rank 0.
   Target: raynb <= bare + 1 s.
 - steps_per_s: steady state, after 20 warm-up steps. Target: raynb / bare >= 0.98.
@@ -120,18 +122,27 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--no-report", action="store_true", help="raynb run without raynb.report (isolates its cost)")
+    ap.add_argument("--out", help="also write the JSON record to this file (bench/results/...)")
     args = ap.parse_args()
     global REPORT
     REPORT = not args.no_report
     raynb.up(local=True, progress=lambda m: print(m, file=sys.stderr))
     timings = Timings.options(name="bench-timings", namespace="raynb", get_if_exists=True).remote()
     rows: dict[str, list[dict[str, float]]] = {"bare": [], "raynb": []}
-    for _ in range(args.rounds):
-        for mode, fn in (("bare", bare), ("raynb", with_raynb)):
-            start = fn(args.steps)
+    modes = {"bare": bare, "raynb": with_raynb}
+    for fn in modes.values():  # warm-up round, not counted
+        fn(min(args.steps, 60))
+        ray.get(timings.take.remote())
+    for i in range(args.rounds):
+        for mode in ("bare", "raynb") if i % 2 == 0 else ("raynb", "bare"):
+            start = modes[mode](args.steps)
             (row,) = ray.get(timings.take.remote())
             rows[mode].append(
-                {"start_to_first_step_s": row["t_first"] - start["t0"], "steps_per_s": row["steps_per_s"]}
+                {
+                    "round": i,
+                    "start_to_first_step_s": row["t_first"] - start["t0"],
+                    "steps_per_s": row["steps_per_s"],
+                }
             )
 
     def med(mode: str, key: str) -> float:
@@ -142,6 +153,8 @@ def main() -> None:
         "workers": 2,
         "raynb_reports_every_step": REPORT,
         "rounds": args.rounds,
+        "warmup_round": True,
+        "order": "alternating, flipped every round",
         "steps": args.steps,
         "raw": rows,
         "start_to_first_step_s": {
@@ -157,7 +170,10 @@ def main() -> None:
             "target_min_ratio": 0.98,
         },
     }
-    print(json.dumps(out, indent=1))
+    text = json.dumps(out, indent=1)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
 
 
 if __name__ == "__main__":
