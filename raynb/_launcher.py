@@ -27,7 +27,8 @@ class Launcher:
         return True
 
     def fit(self, payload: bytes, config: dict[str, Any], spec: dict[str, Any], sink: Any) -> dict[str, Any]:
-        from ray.train import FailureConfig, LoggingConfig, RunConfig, ScalingConfig
+        """``spec["trainer_kwargs"]``: ScalingConfig, RunConfig (worker env inside) and the user's other Ray Train
+        objects, merged in the notebook (``_trainer_config.py``)."""
         from ray.train.torch import TorchTrainer
 
         info = spec["worker_info"]
@@ -37,24 +38,7 @@ class Launcher:
 
             run_on_worker(payload, cfg, sink, info)
 
-        resources = {"CPU": spec["cpus_per_worker"]}
-        if spec["gpu"]:
-            resources["GPU"] = 1
-        trainer = TorchTrainer(
-            train_loop_per_worker,
-            train_loop_config=config,
-            scaling_config=ScalingConfig(
-                num_workers=spec["workers"], use_gpu=spec["gpu"], resources_per_worker=resources
-            ),
-            run_config=RunConfig(
-                name=spec["name"],
-                storage_path=spec.get("storage_path"),
-                failure_config=FailureConfig(max_failures=0),
-                # Train's INFO lines (resource requests, worker group layout) would bury the user's own prints
-                logging_config=LoggingConfig(log_level=spec.get("train_log_level", "WARNING")),
-                worker_runtime_env={"env_vars": spec["worker_env"]},
-            ),
-        )
+        trainer = TorchTrainer(train_loop_per_worker, train_loop_config=config, **spec["trainer_kwargs"])
         t0 = time.time()
         try:
             result = trainer.fit()

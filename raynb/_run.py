@@ -10,7 +10,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from . import _metrics
@@ -52,6 +52,8 @@ class RunSpec:
     expect_efa: bool = False
     gdr_expected: bool | None = None
     user_env: dict[str, str] | None = None
+    #: TorchTrainer's keyword arguments (ScalingConfig, RunConfig, ...), merged in the notebook
+    trainer_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 class Run:
@@ -194,12 +196,7 @@ class Run:
         self.status = "starting"
         self._launcher, self._sink = take_spare(self.settings)
         spec = {
-            "workers": self.spec.workers,
-            "gpu": self.spec.gpu,
-            "cpus_per_worker": self.spec.cpus_per_worker,
-            "name": self.spec.name,
-            "storage_path": self.spec.storage_path,
-            "worker_env": self.spec.worker_env,
+            "trainer_kwargs": self.spec.trainer_kwargs,
             "worker_info": {
                 "cwd": self.spec.cwd,
                 "fast_train_report": self.settings.fast_train_report,

@@ -17,8 +17,9 @@ from ._cell import modules_beside, serialize
 from ._current import current, resolve_settings
 from ._run import Run, RunSpec, set_active
 from ._settings import Settings
+from ._trainer_config import shape_of, trainer_kwargs, user_run_name
 from ._worker_env import worker_env
-from .errors import InsufficientResourcesError, not_connected
+from .errors import InsufficientResourcesError, UsageError, not_connected
 
 __all__ = ["train", "start_run", "check_resources", "default_run_name"]
 
@@ -111,29 +112,47 @@ def _start_payload(
     cell_source: str | None,
     cwd: str,
     worker_env_extra: dict[str, str] | None = None,
+    ray_objects: dict[str, Any] | None = None,
 ) -> Run:
     check_resources(settings.workers, settings.gpu, settings.cpus_per_worker)  # before anything waits forever
-    name = name or default_run_name()
+    ray_objects = {k: v for k, v in (ray_objects or {}).items() if v is not None}
+    user_name = user_run_name(ray_objects.get("run_config"))
+    if name and user_name and name != user_name:
+        raise UsageError(
+            f"The run name is given twice: {name!r} and RunConfig.name {user_name!r}.", fix="give the name once"
+        )
+    name = name or user_name or default_run_name()
     user_env = {**(worker_env_extra or {}), **(env or {})}
     cl = current()
     expect_efa, gdr_expected = cl.backend.efa_expected() if cl is not None else (False, None)
+    env_vars = worker_env(settings.nccl, name, strict_efa=settings.strict_efa, user_env=user_env)
+    kwargs = trainer_kwargs(
+        name=name,
+        workers=settings.workers,
+        gpu=settings.gpu,
+        cpus_per_worker=settings.cpus_per_worker,
+        worker_env=env_vars,
+        storage_path=settings.storage_path,
+        **ray_objects,
+    )
     spec = RunSpec(
         workers=settings.workers,
         gpu=settings.gpu,
         cpus_per_worker=settings.cpus_per_worker,
         config=dict(config or {}),
         name=name,
-        worker_env=worker_env(settings.nccl, name, strict_efa=settings.strict_efa, user_env=user_env),
-        storage_path=settings.storage_path,
+        worker_env=env_vars,
+        storage_path=kwargs["run_config"].storage_path,
         cell_file=cell_file,
         cell_source=cell_source,
         cwd=cwd,
         user_env=user_env,
         expect_efa=expect_efa,
         gdr_expected=gdr_expected,
+        trainer_kwargs=kwargs,
     )
     run = Run(spec, settings)
-    run._rerun = lambda **changes: _rerun(run, payload, **changes)
+    run._rerun = lambda **changes: _rerun(run, payload, ray_objects, **changes)
     set_active(run)
     run._start(payload)
     return run
@@ -142,6 +161,7 @@ def _start_payload(
 def _rerun(
     run: Run,
     payload: bytes,
+    ray_objects: dict[str, Any],
     *,
     env: dict[str, str] | None,
     name: str | None,
@@ -161,6 +181,12 @@ def _rerun(
         cell_source=run.spec.cell_source,
         cwd=run.spec.cwd or os.getcwd(),
         display=display,
+        ray_objects={k: v for k, v in ray_objects.items() if k != "run_config"}
+        | (
+            {"run_config": dataclasses.replace(ray_objects["run_config"], name=None)}
+            if "run_config" in ray_objects
+            else {}
+        ),
     )
 
 
@@ -193,16 +219,39 @@ def train(
     settings: Settings | None = None,
     cell_file: str | None = None,
     cell_source: str | None = None,
+    datasets: dict[str, Any] | None = None,
+    dataset_config: Any = None,
+    scaling_config: Any = None,
+    run_config: Any = None,
+    torch_config: Any = None,
+    checkpoint_config: Any = None,
 ) -> Run:
     """Run ``fn(config)`` as Ray Train's ``train_loop_per_worker`` on ``workers`` workers and watch it live.
+
+    Ray Train's own objects are taken as they are: ``datasets={"train": ds}`` (read on workers with
+    ``ray.train.get_dataset_shard("train")``), ``dataset_config=``, ``scaling_config=`` (its workers and GPUs
+    decide the run's shape), ``run_config=``, ``torch_config=``, ``checkpoint_config=``. raynb adds its worker
+    environment, Train's log level and the storage path where they leave them unset; a value given twice with
+    different answers (``workers=4`` and ``ScalingConfig(num_workers=2)``) is an error naming both.
 
     Returns the :class:`Run` (``status``, ``metrics``, ``error``) once it has succeeded or failed; call
     ``run.raise_for_status()`` to turn a failure into an exception. An interrupt (Ctrl-C, the notebook's stop
     button) stops the workers and raises :class:`~raynb.errors.RunAborted`. ``display``: None picks HTML in
     notebooks and a text line in terminals; False shows nothing.
     """
+    shape = shape_of(scaling_config, workers=workers, gpu=gpu, cpus_per_worker=cpus_per_worker)
     if settings is None:
-        settings = resolve_settings({"workers": workers, "gpu": gpu, "cpus_per_worker": cpus_per_worker})
+        settings = resolve_settings({"workers": workers, "gpu": gpu, "cpus_per_worker": cpus_per_worker, **shape})
+    elif shape:
+        settings = dataclasses.replace(settings, **shape)
+    ray_objects = {
+        "datasets": datasets,
+        "dataset_config": dataset_config,
+        "scaling_config": scaling_config,
+        "run_config": run_config,
+        "torch_config": torch_config,
+        "checkpoint_config": checkpoint_config,
+    }
     here = os.getcwd()
     payload = _payload_of(fn, here)
     return _run_payload(
@@ -215,4 +264,5 @@ def train(
         cell_source=cell_source,
         cwd=here,
         display=display,
+        ray_objects=ray_objects,
     )

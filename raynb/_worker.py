@@ -111,24 +111,34 @@ def format_frames(frames: list[dict[str, Any]], cell_file: str | None, cell_sour
     return lines
 
 
-def _patch_train_report(rep: metrics.Reporter) -> Callable[[], None]:
-    """Make ``ray.train.report(metrics)`` non-blocking; any call that names a checkpoint also goes to Ray's.
+def _patch_train_report(rep: metrics.Reporter, *, fast: bool = True) -> Callable[[], None]:
+    """Send every ``ray.train.report`` call's metrics to the live view; with ``fast``, a metrics-only call stops there
+    (Ray's own path blocks each call about a second or two), and any call naming more than the metrics also goes
+    to Ray.
 
-    "Names" matters: the Ray idiom is ``report(m, checkpoint=ckpt if rank == 0 else None)`` on every rank, and Ray
-    Train synchronises the ranks on such a call, so ``checkpoint=None`` must reach Ray too or rank 0 waits forever.
+    The patched function takes exactly what Ray's takes (its signature is Ray's, and calls are bound against it), so
+    ``report(metrics=..., checkpoint=...)`` from Ray's own Hugging Face and Lightning callbacks, and any parameter a
+    later Ray adds, work unchanged. "Names" matters: the Ray idiom is ``report(m, checkpoint=ckpt if rank == 0 else
+    None)`` on every rank, and Ray Train synchronises the ranks on such a call, so ``checkpoint=None`` must reach Ray
+    too or rank 0 waits forever.
     """
+    import inspect
+
     import ray.train
 
     original = ray.train.report
-    unset = object()
+    signature = inspect.signature(original)
 
-    def report(metrics_: dict[str, Any], checkpoint: Any = unset, *args: Any, **kwargs: Any) -> None:
-        rep.add(dict(metrics_))
-        if checkpoint is not unset or args or kwargs:
-            original(metrics_, None if checkpoint is unset else checkpoint, *args, **kwargs)
+    def report(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(*args, **kwargs)  # a call Ray would refuse is refused the same way
+        rep.add(dict(bound.arguments["metrics"]))
+        if not fast or set(bound.arguments) != {"metrics"}:
+            return original(*args, **kwargs)
+        return None
 
     report.__doc__ = original.__doc__
-    report.__wrapped__ = original  # type: ignore[attr-defined]
+    report.__name__ = report.__qualname__ = original.__name__
+    report.__signature__ = signature  # type: ignore[attr-defined]
     ray.train.report = report
 
     def restore() -> None:
@@ -147,7 +157,7 @@ def run_on_worker(payload: bytes, config: dict[str, Any], sink: Any, info: dict[
     rank = ctx.get_world_rank()
     rep = metrics.Reporter(sink, rank, flush_interval=info.get("flush_interval", 0.1))
     metrics._set_reporter(rep)
-    restore = _patch_train_report(rep) if info.get("fast_train_report", True) else (lambda: None)
+    restore = _patch_train_report(rep, fast=info.get("fast_train_report", True))
     cwd = info.get("cwd")
     if cwd and os.path.isdir(cwd):
         os.chdir(cwd)  # relative paths written for the notebook keep working on a local cluster

@@ -55,6 +55,12 @@ def _train_parser() -> _Parser:
     p.add_argument("--name", help="run name")
     p.add_argument("--out", metavar="VAR", help="store the Run in this notebook variable")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="worker environment variable")
+    p.add_argument(
+        "--datasets",
+        metavar="NAME=EXPR[,NAME=EXPR]",
+        help="Ray Data datasets for the run, evaluated in the notebook; workers read them with "
+        "ray.train.get_dataset_shard(NAME)",
+    )
     add_flag(p, "nccl")
     add_flag(p, "strict_efa")
     return p
@@ -104,6 +110,26 @@ def _cluster_parser() -> _Parser:
     b.add_argument("--sizes", help="comma-separated sizes, e.g. 1M,64M,1G")
     b.add_argument("--compare-tcp", action="store_true", help="run again with sockets forced and give the ratio")
     return p
+
+
+_NEXT_DATASET = re.compile(r",\s*(?=[A-Za-z_]\w*\s*=)")
+
+
+def split_datasets(text: str | None) -> list[tuple[str, str]]:
+    """``train=EXPR,val=EXPR`` -> [(name, expr)]; a comma starts the next dataset only before ``NAME=``, so
+    expressions may hold commas (``ray.data.from_items([1, 2])``)."""
+    if not text:
+        return []
+    out = []
+    for part in _NEXT_DATASET.split(text):
+        name, sep, expr = part.partition("=")
+        if not sep or not name.strip().isidentifier() or not expr.strip():
+            raise UsageError(
+                f"%%raytrain: --datasets takes NAME=EXPR[,NAME=EXPR], not {part!r}",
+                fix="e.g. --datasets train=train_ds,val=ray.data.range(100)",
+            )
+        out.append((name.strip(), expr.strip()))
+    return out
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -254,6 +280,13 @@ class RayNBMagics(Magics):
             return _Link("Ray dashboard", cur.dashboard_url) if cur.dashboard_url else None
         return cur.status()
 
+    def _eval(self, expr: str, flag: str) -> Any:
+        """A flag's Python expression, evaluated in the notebook (the user's own code)."""
+        try:
+            return eval(expr, self.ip.user_ns)
+        except Exception as e:  # noqa: BLE001
+            raise UsageError(f"%%raytrain: {flag}{expr} failed: {type(e).__name__}: {e}") from None
+
     @cell_magic
     def raytrain(self, line: str, cell: str) -> None:
         """%%raytrain [--workers N] [--gpu | --cpus-per-worker C] [--config EXPR] [--name RUN] [--out VAR]"""
@@ -270,12 +303,10 @@ class RayNBMagics(Magics):
         env = parse_assignments(args.env, "%%raytrain: --env")
         config: dict[str, Any] = {}
         if config_expr is not None:
-            try:
-                config = eval(config_expr, self.ip.user_ns)
-            except Exception as e:  # noqa: BLE001
-                raise UsageError(f"%%raytrain: --config {config_expr} failed: {type(e).__name__}: {e}") from None
+            config = self._eval(config_expr, "--config ")
             if not isinstance(config, dict):
                 raise UsageError(f"%%raytrain: --config must give a dict, got {type(config).__name__}")
+        datasets = {name: self._eval(expr, f"--datasets {name}=") for name, expr in split_datasets(args.datasets)}
         settings = self._settings(
             {
                 "workers": args.workers,
@@ -290,7 +321,14 @@ class RayNBMagics(Magics):
         fn = compile_cell(cell, self.ip.user_ns, filename=filename, first_line=2)
         try:
             run = train(
-                fn, config=config, name=args.name, env=env, settings=settings, cell_file=filename, cell_source=full_cell
+                fn,
+                config=config,
+                name=args.name,
+                env=env,
+                settings=settings,
+                cell_file=filename,
+                cell_source=full_cell,
+                datasets=datasets or None,
             )
         except RunAborted as e:
             if args.out:
