@@ -14,6 +14,7 @@ import re
 import sys
 from collections.abc import Mapping
 from functools import lru_cache
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,9 @@ __all__ = [
     "main",
 ]
 
-MANIFESTS = Path(__file__).resolve().parents[1] / "manifests"
+#: The manifests raynb renders, shipped inside the package (the repository's top-level manifests/ is the same set,
+#: for kubectl users; tests/unit/test_manifest.py keeps the two identical).
+MANIFESTS = Path(str(resources.files("raynb").joinpath("manifests")))
 _VAR = re.compile(r"\$\{([A-Z_][A-Z0-9_]*)\}|\$([A-Z_][A-Z0-9_]*)")
 #: Variables a preset supplies (unless given with --set).
 DERIVED = ("GPUS_PER_NODE", "EFA_PER_NODE", "WORKER_CPU", "WORKER_MEMORY")

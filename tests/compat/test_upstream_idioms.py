@@ -168,8 +168,11 @@ def kc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple]:
     storage = tmp_path_factory.mktemp("runs")
     work = tmp_path_factory.mktemp("work")
     with kernel(env={"RAYNB_HOME": str(home)}, cwd=str(work)) as (_km, client):
-        out = run(client, f"%load_ext raynb\n%config RayNB.storage_path = {str(storage)!r}\n%raycluster up --local",
-                  timeout=300)
+        out = run(
+            client,
+            f"%load_ext raynb\n%config RayNB.storage_path = {str(storage)!r}\n%raycluster up --local",
+            timeout=300,
+        )
         assert not errors(out), text(out)
         out = run(client, SUMMARY)
         assert "SUMMARY-READY" in text(out), text(out)

@@ -125,3 +125,16 @@ def test_validation_names_what_is_wrong() -> None:
     with pytest.raises(ManifestError) as ei:
         validate(obj, CRD_FILES[0])
     assert "workerGroupSpecs.0.replicas" in ei.value.message
+
+
+def test_the_packaged_manifests_are_the_user_facing_ones() -> None:
+    """raynb/manifests (what a wheel ships) and the top-level manifests/ (what kubectl users read) are one set."""
+    top = Path(__file__).resolve().parents[2] / "manifests"
+    names = sorted(p.name for p in top.iterdir())
+    assert (
+        names
+        == sorted(p.name for p in MANIFESTS.iterdir())
+        == ["presets.yaml", "raycluster.yaml", "rbac.yaml", "values.env"]
+    )
+    for name in names:
+        assert (MANIFESTS / name).read_bytes() == (top / name).read_bytes(), f"{name} differs: copy manifests/ over"
