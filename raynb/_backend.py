@@ -43,6 +43,10 @@ class Backend(Protocol):
         """The Ray Client address and dashboard URL to connect to (opening port-forwards, checking versions)."""
         ...
 
+    def token_path(self) -> str | None:
+        """Ray's auth token for this cluster, when it is in token mode and raynb holds the token."""
+        ...
+
     def runtime_env(self) -> dict[str, Any]:
         """What the Ray Client job needs on the cluster (the image may lack raynb: ship it)."""
         ...

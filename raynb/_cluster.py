@@ -132,6 +132,7 @@ class Cluster:
         self.address, self.dashboard_url = self.backend.reach(say)
         _session.connect(
             self.address,
+            token_path=self.backend.token_path(),
             dashboard_url=self.dashboard_url,
             runtime_env={"env_vars": job_env(), **self.backend.runtime_env()},
             timeout=self.settings.connect_timeout_s,

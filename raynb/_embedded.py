@@ -33,6 +33,9 @@ class EmbeddedBackend:
     def reach(self, say: Say) -> tuple[str, str | None]:
         return self.head.client_address, self.head.dashboard_url
 
+    def token_path(self) -> str | None:
+        return self.head.token_path
+
     def runtime_env(self) -> dict[str, Any]:
         return {}  # same machine: workers import the installed raynb
 
@@ -76,9 +79,15 @@ def up(settings: Settings, say: Say) -> EmbeddedBackend:
         timeout=settings.start_timeout_s,
         progress=say,
         dashboard=settings.local_dashboard,
+        auth=settings.local_auth,
     )
     if head.reused:
         say(f"reusing the embedded Ray head at {head.client_address}")
+    if head.token_path is None:
+        say(
+            "warning: the embedded head runs without authentication: any user of this machine can submit jobs to it "
+            "and run code as you (drop --no-auth / RAYNB_LOCAL_AUTH=0 to turn token authentication back on)"
+        )
     return EmbeddedBackend(head)
 
 

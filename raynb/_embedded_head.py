@@ -64,6 +64,8 @@ class LocalHead:
     python: str
     started_at: float
     dashboard: bool = True
+    #: Ray's token for this head (token mode), in a file only this user can read; None: authentication off
+    token_path: str | None = None
     reused: bool = field(default=False, compare=False)
 
     @property
@@ -125,9 +127,27 @@ def _free_ports(n: int) -> list[int]:
     return ports
 
 
+def _private_dir(d: Path) -> None:
+    """Create ``d`` (and its parents) readable by this user alone: it holds the head's token."""
+    d.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(d, 0o700)
+
+
+def _new_token(d: Path) -> Path:
+    """A fresh random token for a new head, written 0600 into the private state dir."""
+    import secrets
+
+    path = d / "auth_token"
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32))
+    return path
+
+
 @contextlib.contextmanager
 def _lock(d: Path) -> Iterator[None]:
-    d.mkdir(parents=True, exist_ok=True)
+    _private_dir(d)
     with open(d / "lock", "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
@@ -224,8 +244,12 @@ def start_head(
     timeout: float = 90.0,
     progress: Callable[[str], None] | None = None,
     dashboard: bool = True,
+    auth: bool = True,
 ) -> LocalHead:
-    """Reuse the running embedded head, or start one and wait until Ray Client and the dashboard answer."""
+    """Reuse the running embedded head, or start one and wait until Ray Client and the dashboard answer.
+
+    ``auth``: Ray's token authentication (a random token readable by this user alone), so other users of the
+    machine cannot submit jobs or connect through the head's loopback ports."""
     from importlib.metadata import version
 
     d = state_dir()
@@ -248,8 +272,9 @@ def start_head(
             temp_dir=temp_dir,
             num_cpus=num_cpus if num_cpus is not None else (os.cpu_count() or 1),
             num_gpus=num_gpus if num_gpus is not None else count_gpus(),
-            # Pin the auth mode so head and client always agree, whatever ~/.ray holds (a token file there flips Ray 2.58 into token mode).
-            auth_mode=os.environ.get("RAY_AUTH_MODE", "disabled"),
+            # Pinned, so head and client agree whatever ~/.ray holds (a token file there flips Ray 2.58 into token mode)
+            auth_mode="token" if auth else "disabled",
+            token_path=str(_new_token(d)) if auth else None,
             ray_version=version("ray"),
             python=".".join(map(str, sys.version_info[:2])),
             started_at=time.time(),
@@ -258,7 +283,14 @@ def start_head(
         add_owner()
         spec = d / "spec.json"
         spec.write_text(
-            json.dumps({"command": _ray_start_command(head), "auth_mode": head.auth_mode, "temp_dir": head.temp_dir})
+            json.dumps(
+                {
+                    "command": _ray_start_command(head),
+                    "auth_mode": head.auth_mode,
+                    "token_path": head.token_path,
+                    "temp_dir": head.temp_dir,
+                }
+            )
         )
         log = open(d / "head.log", "wb")  # noqa: SIM115 - handed to the child
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -303,7 +335,8 @@ def _dashboard_ready(head: LocalHead) -> bool:
         return True
     from ._session import dashboard_get
 
-    return dashboard_get(head.dashboard_url, "/api/version", timeout=1) is not None
+    token = Path(head.token_path).read_text().strip() if head.token_path else None
+    return dashboard_get(head.dashboard_url, "/api/version", timeout=1, token=token) is not None
 
 
 def _log_tail(path: Path, n: int = 15) -> str:
@@ -315,7 +348,7 @@ def _log_tail(path: Path, n: int = 15) -> str:
 
 
 def _cleanup_record(d: Path) -> None:
-    for name in ("head.json", "spec.json"):
+    for name in ("head.json", "spec.json", "auth_token"):
         with contextlib.suppress(FileNotFoundError):
             (d / name).unlink()
 
@@ -386,8 +419,11 @@ def _supervise(d: Path) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a kernel interrupt must not reach the head
     # Ray turns 127.0.0.1 into the "remotely reachable" address unless it runs in its single-machine mode (the one
     # it uses on macOS): then every component, the Ray Client server included, stays on loopback.
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")}
+    if spec.get("token_path"):
+        env["RAY_AUTH_TOKEN_PATH"] = spec["token_path"]
     env = {
-        **os.environ,
+        **env,
         "RAY_AUTH_MODE": spec["auth_mode"],
         "RAY_USAGE_STATS_ENABLED": "0",
         "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",

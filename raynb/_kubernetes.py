@@ -65,6 +65,9 @@ class KubernetesBackend:
         )
         return address, dashboard
 
+    def token_path(self) -> None:
+        return None  # the DLC image's head runs without Ray token auth; Kubernetes RBAC guards the port-forward
+
     def runtime_env(self) -> dict[str, Any]:
         # the cluster image does not have raynb: ship the package with the job
         return {"py_modules": [str(Path(__file__).resolve().parent)]}

@@ -81,13 +81,32 @@ def _process_uses_token_auth() -> bool:
     return os.environ.get("RAY_AUTH_MODE", "disabled").lower() == "token"
 
 
-def dashboard_get(dashboard_url: str | None, path: str, timeout: float = 5.0) -> dict[str, Any] | None:
+def _token_in_use() -> str | None:
+    """The token this process authenticates with in token mode (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, ~/.ray)."""
+    if os.environ.get("RAY_AUTH_MODE", "").lower() != "token":
+        return None
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return os.environ["RAY_AUTH_TOKEN"]
+    path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
+    try:
+        return path.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def dashboard_get(
+    dashboard_url: str | None, path: str, timeout: float = 5.0, token: str | None = None
+) -> dict[str, Any] | None:
     """GET one of the dashboard's JSON endpoints (``/api/version``, ``/api/authentication_mode``); None when there is
-    no dashboard or it does not answer."""
+    no dashboard or it does not answer. A head in token mode wants the token (default: this process's)."""
     if not dashboard_url:
         return None
+    token = token or _token_in_use()
+    request = urllib.request.Request(f"{dashboard_url}{path}")
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
     try:
-        with urllib.request.urlopen(f"{dashboard_url}{path}", timeout=timeout) as r:
+        with urllib.request.urlopen(request, timeout=timeout) as r:
             out = json.loads(r.read().decode())
     except (OSError, ValueError, urllib.error.URLError):
         return None
@@ -113,17 +132,41 @@ def auth_preflight(dashboard_url: str | None, timeout: float = 3.0) -> str | Non
                 "RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token here",
                 fix="copy the cluster's token to ~/.ray/auth_token (or set RAY_AUTH_TOKEN), then run the cell again.",
             )
-        if "ray._raylet" in sys.modules:
-            # Ray reads RAY_AUTH_MODE once, when it is imported: this process can no longer switch.
-            raise ConnectError(
-                "The Ray head requires token authentication, and Ray was imported in this kernel without it.",
-                saw=f"{dashboard_url}/api/authentication_mode answered 'token'; Ray reads RAY_AUTH_MODE only at "
-                "import, and this kernel imported it with authentication disabled",
-                fix="restart the kernel and run `%env RAY_AUTH_MODE=token` before anything imports ray "
-                "(or export RAY_AUTH_MODE=token before starting Jupyter).",
-            )
-        os.environ["RAY_AUTH_MODE"] = "token"
+        _switch_to_token_mode()
     return mode
+
+
+def _switch_to_token_mode() -> None:
+    """Authenticate with a token from now on. Ray reads RAY_AUTH_MODE when it is imported; a process that imported Ray
+    but is not connected re-reads it through Ray's own reset (what Ray's tests use). A connected one cannot switch."""
+    os.environ["RAY_AUTH_MODE"] = "token"
+    if "ray._raylet" not in sys.modules:
+        return
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    try:
+        from ray._raylet import AuthenticationTokenLoader, Config
+
+        AuthenticationTokenLoader.instance().reset_cache()
+        Config.initialize("")
+    except (ImportError, AttributeError) as e:  # a Ray without the reset
+        raise ConnectError(
+            "The Ray head requires token authentication, and Ray was imported in this kernel without it.",
+            saw=f"Ray reads RAY_AUTH_MODE only at import, and this Ray cannot re-read it ({e})",
+            fix="restart the kernel and run `%env RAY_AUTH_MODE=token` before anything imports ray "
+            "(or export RAY_AUTH_MODE=token before starting Jupyter).",
+        ) from None
+
+
+def use_token(token_path: str) -> None:
+    """Authenticate this process with the token in ``token_path`` (the embedded head's)."""
+    changed = os.environ.get("RAY_AUTH_TOKEN_PATH") != token_path or bool(os.environ.get("RAY_AUTH_TOKEN"))
+    os.environ["RAY_AUTH_TOKEN_PATH"] = token_path
+    os.environ.pop("RAY_AUTH_TOKEN", None)
+    if changed or not _process_uses_token_auth():
+        _switch_to_token_mode()
 
 
 def check_versions(server_ray: str, server_python: str, *, where: str = "the cluster") -> None:
@@ -149,6 +192,7 @@ def check_versions(server_ray: str, server_python: str, *, where: str = "the clu
 def connect(
     address: str,
     *,
+    token_path: str | None = None,
     dashboard_url: str | None = None,
     runtime_env: dict[str, Any] | None = None,
     timeout: float = 60.0,
@@ -159,6 +203,8 @@ def connect(
     About 1 in 25 connects fail with ``ConnectionAbortedError`` while a previous client's server process is still
     shutting down (measured on Ray 2.58); those are retried until ``timeout``.
     """
+    if token_path:
+        use_token(token_path)
     auth_preflight(dashboard_url)  # before `import ray`: Ray fixes its auth mode at import
     import ray
 

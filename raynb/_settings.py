@@ -55,6 +55,12 @@ class Settings:
     local_dashboard: bool = option(
         True, "start the embedded head with Ray's dashboard (needs ray[default])", "--no-dashboard"
     )
+    local_auth: bool = option(
+        True,
+        "start the embedded head with Ray's token authentication, so other users of this machine cannot submit jobs "
+        "or connect to it",
+        "--no-auth",
+    )
     start_timeout_s: float = option(120.0, "seconds `up --local` waits for the embedded head")
     connect_timeout_s: float = option(60.0, "seconds Ray Client connects may retry")
     health_check_interval_s: float = option(

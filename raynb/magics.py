@@ -79,6 +79,7 @@ def _cluster_parser() -> _Parser:
         help="seconds to wait for the cluster (embedded: start_timeout_s, Kubernetes: kube_start_timeout_s)",
     )
     add_flag(upp, "local_dashboard")
+    add_flag(upp, "local_auth")
     k = upp.add_argument_group("Kubernetes (any of these creates the DLC RayCluster instead of the local cluster)")
     k.add_argument("--k8s", action="store_true", help="the DLC RayCluster with the default values file")
     k.add_argument("--values", help="values file (default: manifests/values.env)")
@@ -236,6 +237,7 @@ class RayNBMagics(Magics):
                     "local_num_gpus": args.local_num_gpus,
                     "start_timeout_s": args.timeout,
                     "local_dashboard": args.local_dashboard,
+                    "local_auth": args.local_auth,
                 }
             )
             return C.up(local=True, settings=settings)

@@ -77,7 +77,7 @@ def head_behind_pods(stack: controlplane.Stack, tmp_path_factory: pytest.TempPat
     10001/8265 to it, and its ClusterLogs serves (a CRI-format copy of) the head's log through pods/log."""
     from raynb import _embedded_head as local
 
-    head = local.start_head(num_cpus=2, timeout=120, progress=print)
+    head = local.start_head(num_cpus=2, timeout=120, progress=print, auth=False)  # the DLC head runs without Ray auth
     started_here = not head.reused
     client_port = int(head.client_address.rsplit(":", 1)[1])
     dash_port = int(head.dashboard_url.rsplit(":", 1)[1])
