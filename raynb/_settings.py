@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Literal, get_args, get_type_hints
@@ -154,13 +155,20 @@ def resolve(
     return dataclasses.replace(Settings(), **chosen)
 
 
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 def parse_assignments(items: list[str], flag: str) -> dict[str, str]:
-    """``["K=V", ...]`` from repeated ``--env``/``--set`` flags; ``flag`` names the flag in the error."""
+    """``["K=V", ...]`` from repeated ``--env``/``--set`` flags; ``flag`` names the flag in the error. KEY is a
+    variable name; VALUE is everything after the first ``=``, as given."""
     out: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UsageError(f"{flag} takes KEY=VALUE, not {item!r}", fix=f"e.g. {flag} NCCL_DEBUG=INFO")
+        if not sep or not _NAME.fullmatch(key):
+            raise UsageError(
+                f"{flag} takes KEY=VALUE, not {item!r} (KEY: letters, digits and _)",
+                fix=f"e.g. {flag.split()[-1]} NCCL_DEBUG=INFO",
+            )
         out[key] = value
     return out
 

@@ -38,7 +38,7 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}", fix=f"usage: {self.format_usage().strip()[7:]}")
 
     def exit(self, status: int = 0, message: str | None = None) -> NoReturn:  # --help
-        raise UsageError(self.format_help())
+        raise UsageError(self.format_help(), fix="pick the options you need from the list above")
 
 
 def _train_parser() -> _Parser:
@@ -113,6 +113,38 @@ def _cluster_parser() -> _Parser:
     return p
 
 
+def _split(line: str, prog: str) -> list[str]:
+    try:
+        return shlex.split(line)
+    except ValueError as e:  # unbalanced quotes
+        raise UsageError(f"{prog}: {e} in {line!r}", fix="close the quote, or quote the whole value") from None
+
+
+def parse_cluster_line(line: str) -> argparse.Namespace:
+    """``%raycluster`` line -> its arguments, or a UsageError with the fix."""
+    args = _cluster_parser().parse_args(_split(line, "%raycluster"))
+    parse_assignments(getattr(args, "overrides", []) or [], "%raycluster: --set")
+    return args
+
+
+def parse_train_line(line: str) -> tuple[argparse.Namespace, str | None]:
+    """``%%raytrain`` line -> its arguments and the --config expression, or a UsageError with the fix. Expressions
+    (--config, --datasets) are checked for syntax here and evaluated later, in the notebook."""
+    rest, config_expr = split_config_expr(line)
+    args = _train_parser().parse_args(_split(rest, "%%raytrain"))
+    if args.out is not None and not args.out.isidentifier():
+        raise UsageError(f"%%raytrain: --out needs a variable name, not {args.out!r}", fix="e.g. --out run")
+    parse_assignments(args.env, "%%raytrain: --env")
+    for name, expr in split_datasets(args.datasets):
+        try:
+            ast.parse(expr, mode="eval")
+        except SyntaxError:
+            raise UsageError(
+                f"%%raytrain: --datasets {name}={expr} is not a Python expression", fix="e.g. --datasets train=train_ds"
+            ) from None
+    return args, config_expr
+
+
 _NEXT_DATASET = re.compile(r",\s*(?=[A-Za-z_]\w*\s*=)")
 
 
@@ -170,8 +202,9 @@ def split_config_expr(line: str) -> tuple[str, str | None]:
             continue
         return (line[: m.start()].rstrip() + " " + rest[end:].lstrip()).strip(), expr
     raise UsageError(
-        "%%raytrain: --config needs a Python expression, e.g. --config {'lr': 0.01} or --config cfg",
+        "%%raytrain: --config needs a Python expression",
         saw=f"--config {rest.strip()}",
+        fix="e.g. --config {'lr': 0.01} or --config cfg (a notebook variable)",
     )
 
 
@@ -193,10 +226,7 @@ class RayNBMagics(Magics):
         dashboard | doctor | bench | render"""
         from . import _cluster as C
 
-        try:
-            args = _cluster_parser().parse_args(shlex.split(line))
-        except ValueError as e:  # shlex: unbalanced quotes
-            raise UsageError(f"%raycluster: {e}") from None
+        args = parse_cluster_line(line)
         cmd = args.command or "status"
         if cmd == "up":
             kube = bool(
@@ -295,13 +325,7 @@ class RayNBMagics(Magics):
         from ._cell import compile_cell
         from ._train import train
 
-        rest, config_expr = split_config_expr(line)
-        try:
-            args = _train_parser().parse_args(shlex.split(rest))
-        except ValueError as e:
-            raise UsageError(f"%%raytrain: {e}") from None
-        if args.out is not None and not args.out.isidentifier():
-            raise UsageError(f"%%raytrain: --out needs a variable name, not {args.out!r}")
+        args, config_expr = parse_train_line(line)
         env = parse_assignments(args.env, "%%raytrain: --env")
         config: dict[str, Any] = {}
         if config_expr is not None:

@@ -55,7 +55,7 @@ def load_values(path: str | Path | None = None) -> dict[str, str]:
             fix=f"pass an existing file, e.g. --values {MANIFESTS / 'values.env'}",
         ) from None
     out: dict[str, str] = {}
-    for n, raw in enumerate(text.splitlines(), 1):
+    for n, raw in enumerate(text.split("\n"), 1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
@@ -66,11 +66,56 @@ def load_values(path: str | Path | None = None) -> dict[str, str]:
                 f"Line {n} of {path} is not KEY=VALUE: {raw!r}",
                 fix="use shell variable syntax, e.g. GPU_NODE_TYPE=g6.12xlarge",
             )
-        value = value.split(" #", 1)[0].strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        out[key.strip()] = value
+        out[key.strip()] = _shell_value(value.strip(), f"line {n} of {path}")
     return out
+
+
+_DQ_ESCAPES = {'"': '"', "\\": "\\", "$": "$", "`": "`"}
+
+
+def _shell_value(text: str, where: str) -> str:
+    """One value as a shell reads it after ``KEY=``: 'single' (literal), "double" (\\ \" \\$ \\` escapes), or bare
+    (up to a ``#`` comment). What raynb cannot read the way the shell would -- a variable to expand, a command, an
+    unquoted space, an unclosed quote -- is an error, never a different value."""
+
+    def bad(why: str) -> ManifestError:
+        return ManifestError(
+            f"The value on {where} cannot be read: {why}.",
+            fix="write the value out literally; quote it with '...' if it holds spaces, # or $",
+        )
+
+    if text[:1] == "'":
+        end = text.find("'", 1)
+        if end < 0:
+            raise bad("the ' quote is not closed")
+        value, rest = text[1:end], text[end + 1 :]
+    elif text[:1] == '"':
+        chars, i = [], 1
+        while i < len(text) and text[i] != '"':
+            c = text[i]
+            if c == "\\" and i + 1 < len(text) and text[i + 1] in _DQ_ESCAPES:
+                chars.append(text[i + 1])
+                i += 2
+                continue
+            if c in "$`":
+                raise bad(f"{c} would be expanded by the shell")
+            chars.append(c)
+            i += 1
+        if i >= len(text):
+            raise bad('the " quote is not closed')
+        value, rest = "".join(chars), text[i + 1 :]
+    else:
+        comment = re.search(r"(?:^|\s)#", text)  # the shell starts a comment only at a word's start
+        value = (text[: comment.start()] if comment else text).strip()
+        if re.search(r"\s", value):
+            raise bad("an unquoted space ends the value in the shell")
+        if re.search(r"[$`\\\"';&|<>()]", value):
+            raise bad("it holds a character the shell treats specially")
+        return value
+    rest = rest.strip()
+    if rest and not rest.startswith("#"):
+        raise bad(f"{rest!r} follows the closing quote")
+    return value
 
 
 @lru_cache(maxsize=4)
