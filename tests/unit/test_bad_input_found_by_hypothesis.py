@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from raynb._magic_args import parse_cluster_line, parse_train_line, split_datasets
 from raynb._settings import parse_assignments
 from raynb.errors import RaynbError, UsageError
-from raynb.magics import parse_cluster_line, parse_train_line, split_datasets
 from raynb.manifest import load_values
 
 FAST = settings(

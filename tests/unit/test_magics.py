@@ -6,8 +6,8 @@ import pytest
 from IPython import get_ipython
 from IPython.testing.globalipapp import start_ipython
 
+from raynb._magic_args import split_config_expr
 from raynb.errors import NotConnectedError, UsageError
-from raynb.magics import split_config_expr
 
 
 @pytest.fixture(scope="module")
@@ -80,9 +80,9 @@ def test_errors_render_as_a_few_lines(ip) -> None:
 
 
 def test_gpu_flag_takes_an_optional_boolean() -> None:
-    from raynb.magics import _train_parser
+    from raynb._magic_args import train_parser
 
-    p = _train_parser()
+    p = train_parser()
     assert p.parse_args(["--gpu"]).gpu is True
     assert p.parse_args(["--gpu", "False"]).gpu is False
     assert p.parse_args(["--gpu", "true", "--workers", "2"]).gpu is True

@@ -52,7 +52,8 @@ def test_each_option_is_declared_once_and_the_faces_agree() -> None:
     import dataclasses
 
     from raynb import _settings
-    from raynb.magics import RayNB, _cluster_parser, _train_parser
+    from raynb._magic_args import cluster_parser, train_parser
+    from raynb.magics import RayNB
 
     fields = {f.name: f for f in dataclasses.fields(Settings)}
     traits = RayNB.class_traits(config=True)
@@ -71,7 +72,7 @@ def test_each_option_is_declared_once_and_the_faces_agree() -> None:
         return out
 
     seen = set()
-    for a in actions(_train_parser()) + actions(_cluster_parser()):
+    for a in actions(train_parser()) + actions(cluster_parser()):
         if a.dest in fields:
             f = fields[a.dest]
             assert f.metadata["flag"] in a.option_strings and a.help == f.metadata["help"], a.dest
@@ -82,10 +83,10 @@ def test_each_option_is_declared_once_and_the_faces_agree() -> None:
 
 
 def test_flags_parse_to_the_option_types() -> None:
-    from raynb.magics import _cluster_parser, _train_parser
+    from raynb._magic_args import cluster_parser, train_parser
 
-    a = _train_parser().parse_args(["--workers", "4", "--gpu", "false", "--nccl", "off", "--strict-efa"])
+    a = train_parser().parse_args(["--workers", "4", "--gpu", "false", "--nccl", "off", "--strict-efa"])
     assert (a.workers, a.gpu, a.nccl, a.strict_efa) == (4, False, "off", True)
-    u = _cluster_parser().parse_args(["up", "--num-gpus", "2", "--no-dashboard", "--namespace", "ns"])
+    u = cluster_parser().parse_args(["up", "--num-gpus", "2", "--no-dashboard", "--namespace", "ns"])
     assert (u.local_num_gpus, u.local_dashboard, u.kube_namespace) == (2, False, "ns")
-    assert _cluster_parser().parse_args(["up"]).local_dashboard is None  # unset: the next layer decides
+    assert cluster_parser().parse_args(["up"]).local_dashboard is None  # unset: the next layer decides
