@@ -26,6 +26,7 @@ from .errors import (
     RaynbError,
     RunAborted,
     TrainingFailedError,
+    UndefinedNameError,
     UsageError,
 )
 
@@ -71,6 +72,7 @@ __all__ = [
     "InsufficientResourcesError",
     "CellSyntaxError",
     "CaptureError",
+    "UndefinedNameError",
     "TrainingFailedError",
     "RunAborted",
     # IPython

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from .errors import CaptureError, CellSyntaxError
+from .errors import CaptureError, CellSyntaxError, UndefinedNameError
 
 __all__ = ["compile_cell", "serialize", "modules_beside", "FUNCTION_NAME"]
 
@@ -31,10 +31,12 @@ def compile_cell(
     *,
     filename: str = "<raytrain-cell>",
     first_line: int = 2,
+    check_names: bool = True,
 ) -> Callable[[dict[str, Any]], Any]:
     """Compile ``source`` into ``train_loop_per_worker(config)`` whose globals are ``namespace``.
 
-    ``first_line`` is the line of the cell the body starts on (2 under a ``%%raytrain`` line).
+    ``first_line`` is the line of the cell the body starts on (2 under a ``%%raytrain`` line). ``check_names``: refuse
+    a cell that reads a name nobody defines (a typo would otherwise surface on every worker after their start-up).
     """
     try:
         tree = ast.parse(source, filename=filename, mode="exec")
@@ -76,9 +78,48 @@ def compile_cell(
             "A %%raytrain cell cannot contain `yield` or top-level `await`: it becomes a plain function.",
             fix="Report progress with raynb.report(...) instead of yielding values.",
         )
+    if check_names:
+        missing = undefined_names(fcode, namespace)
+        if missing:
+            shown = ", ".join(f"`{n}` (line {line})" for n, line in missing[:5])
+            raise UndefinedNameError(
+                f"The cell reads {shown}, not defined in the notebook or the cell"
+                + (f" (and {len(missing) - 5} more)" if len(missing) > 5 else "")
+                + "; found before any worker started.",
+                fix="define it in an earlier cell or in this one, or fix the spelling. A name that only the workers "
+                "have (set up by a module they import) passes with `%%raytrain --no-name-check`.",
+            )
     fn = types.FunctionType(fcode, namespace, FUNCTION_NAME)
     fn.__qualname__ = FUNCTION_NAME
     return fn
+
+
+def undefined_names(code: types.CodeType, namespace: dict[str, Any]) -> list[tuple[str, int]]:
+    """Globals the cell's code reads that neither the notebook, the cell (``global`` assignments, class bodies) nor
+    builtins define, with the cell line of their first use."""
+    import builtins
+    import dis
+
+    stored: set[str] = set()
+    reads: dict[str, int] = {}
+
+    def walk(c: types.CodeType) -> None:
+        line = c.co_firstlineno
+        class_locals = {i.argval for i in dis.get_instructions(c) if i.opname == "STORE_NAME"}
+        stored.update(i.argval for i in dis.get_instructions(c) if i.opname in ("STORE_GLOBAL", "DELETE_GLOBAL"))
+        for ins in dis.get_instructions(c):
+            pos = getattr(ins, "positions", None)
+            line = (pos.lineno if pos is not None and pos.lineno else None) or line
+            reads_global = ins.opname == "LOAD_GLOBAL" or (ins.opname == "LOAD_NAME" and ins.argval not in class_locals)
+            if reads_global and isinstance(ins.argval, str):
+                reads.setdefault(ins.argval, line)
+        for const in c.co_consts:
+            if isinstance(const, types.CodeType):
+                walk(const)
+
+    walk(code)
+    known = set(namespace) | set(dir(builtins)) | stored
+    return sorted(((n, ln) for n, ln in reads.items() if n not in known), key=lambda x: x[1])
 
 
 def _syntax_error(e: SyntaxError, source: str, first_line: int) -> CellSyntaxError:

@@ -47,6 +47,11 @@ def train_parser() -> _Parser:
     p.add_argument("--config", metavar="EXPR", help="Python expression for `config` (evaluated in the notebook)")
     p.add_argument("--name", help="run name")
     p.add_argument("--out", metavar="VAR", help="store the Run in this notebook variable")
+    p.add_argument(
+        "--no-name-check",
+        action="store_true",
+        help="skip the check that every name the cell reads is defined (for names only the workers have)",
+    )
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="worker environment variable")
     p.add_argument(
         "--datasets",

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 import time
 import urllib.error
@@ -16,39 +15,44 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ._log_filter import LineFilter
 from .errors import ConnectError
 
 __all__ = ["connect", "disconnect", "is_connected", "check_versions", "auth_preflight", "dashboard_get"]
 
-#: Lines Ray itself logs on every run that say nothing to a notebook user (Ray 2.58). User prints are untouched.
-KNOWN_NOISE = (
-    re.compile(r"Actor with class name: 'PreemptionWatcher' and ID: '\w+' has constructor arguments"),
-    re.compile(r"SIGTERM handler is not set because current thread is not the main thread"),
-    # one INFO line per rank on every checkpointing ray.train.report()
-    re.compile(r"Reporting training result \d+: TrainingReport\("),
-    # Train's placement-group watchdog polling the State API, which needs the dashboard (heads started without it)
-    re.compile(r"Failed to query Ray Train Controller actor state\. State API may be temporarily unavailable"),
-)
-
 
 def _filter_known_noise() -> None:
-    """Drop :data:`KNOWN_NOISE` from the worker logs Ray Client streams into the notebook.
+    """Filter the cluster's log stream before it reaches the cell (``_log_filter.py`` decides), from the first line on
+    (the client server's own start-up lines arrive while ``ray.init`` runs), and end a terminal's progress line first.
 
-    Ray's ``LogstreamClient.stdstream`` is documented as the override point for where client logs go.
+    Ray's ``LogstreamClient.stdstream`` (worker output) and ``log`` (Ray's own log records) are documented as the
+    override points for where client logs go; raynb wraps them once for the class.
     """
     try:
-        from ray.util.client import ray as client_ray
-
-        log_client = client_ray.get_context().client_worker.log_client
-    except Exception:  # noqa: BLE001 - not a client connection, or Ray moved things: keep Ray's own printing
+        from ray.util.client.logsclient import LogstreamClient
+    except ImportError:  # Ray moved things: keep Ray's own printing
         return
-    original = log_client.stdstream
+    if getattr(LogstreamClient.stdstream, "_raynb", False):
+        return
+    from .display import end_progress_line
 
-    def stdstream(level: int, msg: str) -> None:
-        if not any(p.search(msg) for p in KNOWN_NOISE):
-            original(level, msg)
+    lines = LineFilter()
+    stdstream, log = LogstreamClient.stdstream, LogstreamClient.log
 
-    log_client.stdstream = stdstream
+    def filtered_stdstream(self: Any, level: int, msg: str) -> None:
+        msg = lines.text(msg)
+        if msg:
+            end_progress_line()
+            stdstream(self, level, msg)
+
+    def filtered_log(self: Any, level: int, msg: str) -> None:
+        if lines.text(msg):
+            end_progress_line()
+            log(self, level, msg)
+
+    filtered_stdstream._raynb = True  # type: ignore[attr-defined]
+    LogstreamClient.stdstream = filtered_stdstream
+    LogstreamClient.log = filtered_log
 
 
 _generation = 0
@@ -184,8 +188,10 @@ def check_versions(server_ray: str, server_python: str, *, where: str = "the clu
         raise ConnectError(
             "This notebook's environment does not match the cluster image, so Ray Client cannot connect.",
             saw="; ".join(problems),
-            fix=f'use a Python {py} kernel with `pip install "ray[client,train,default]=={server_ray}"` '
-            "(or `conda env create -f environment.yml`, which matches the DLC image), then restart the kernel.",
+            fix=f"make a kernel that matches: `conda env create -f environment.yml && conda activate raynb && "
+            "python -m ipykernel install --user --name raynb` (Python 3.13, Ray 2.58.0, as the DLC image), or in any "
+            f'Python {py}: `pip install "ray[client,train,default]=={server_ray or ray.__version__}" ipykernel && python -m ipykernel '
+            "install --user --name raynb`; then pick the kernel `raynb` in Jupyter (Kernel → Change kernel).",
         )
 
 
@@ -211,6 +217,7 @@ def connect(
     say = progress or (lambda _m: None)
     if ray.is_initialized():
         ray.shutdown()
+    _filter_known_noise()
     deadline = time.monotonic() + timeout
     attempt, last = 0, None
     while time.monotonic() < deadline:
@@ -221,7 +228,6 @@ def connect(
             )
             global _generation
             _generation += 1
-            _filter_known_noise()
             say(f"connected to {address}")
             return
         except (ConnectionError, ConnectionAbortedError, TimeoutError) as e:

@@ -190,7 +190,14 @@ def _rerun(
     )
 
 
-def _run_payload(payload: bytes, settings: Settings, *, display: bool | str | None = None, **kw: Any) -> Run:
+def _run_payload(
+    payload: bytes,
+    settings: Settings,
+    *,
+    display: bool | str | None = None,
+    raise_on_failure: bool = False,
+    **kw: Any,
+) -> Run:
     """Start a run and wait for it with a live view; an interrupt aborts it and raises RunAborted."""
     from .display import LiveView
 
@@ -199,9 +206,10 @@ def _run_payload(payload: bytes, settings: Settings, *, display: bool | str | No
     if display is not False:
         view = LiveView(run, mode=display if isinstance(display, str) else None, hz=settings.refresh_hz).start()
     run._wait(on_tick=view.refresh if view else None)
+    raises = run.status == "aborted" or (raise_on_failure and run.status == "failed")
     if view is not None:
-        view.finish()
-    if run.status == "aborted":
+        view.finish(show_error=not raises)  # the raised error is the one place the cell shows it
+    if raises:
         run.raise_for_status()
     return run
 
@@ -225,6 +233,7 @@ def train(
     run_config: Any = None,
     torch_config: Any = None,
     checkpoint_config: Any = None,
+    raise_on_failure: bool = False,
 ) -> Run:
     """Run ``fn(config)`` as Ray Train's ``train_loop_per_worker`` on ``workers`` workers and watch it live.
 
@@ -235,7 +244,7 @@ def train(
     different answers (``workers=4`` and ``ScalingConfig(num_workers=2)``) is an error naming both.
 
     Returns the :class:`Run` (``status``, ``metrics``, ``error``) once it has succeeded or failed; call
-    ``run.raise_for_status()`` to turn a failure into an exception. An interrupt (Ctrl-C, the notebook's stop
+    ``run.raise_for_status()`` (or pass ``raise_on_failure=True``) to turn a failure into an exception. An interrupt (Ctrl-C, the notebook's stop
     button) stops the workers and raises :class:`~raynb.errors.RunAborted`. ``display``: None picks HTML in
     notebooks and a text line in terminals; False shows nothing.
     """
@@ -265,4 +274,5 @@ def train(
         cwd=here,
         display=display,
         ray_objects=ray_objects,
+        raise_on_failure=raise_on_failure,
     )

@@ -17,6 +17,7 @@ __all__ = [
     "InsufficientResourcesError",
     "CellSyntaxError",
     "CaptureError",
+    "UndefinedNameError",
     "TrainingFailedError",
     "RunAborted",
     "not_connected",
@@ -96,6 +97,10 @@ class InsufficientResourcesError(RaynbError):
 
 class CellSyntaxError(RaynbError):
     """The %%raytrain cell does not parse."""
+
+
+class UndefinedNameError(RaynbError):
+    """The cell reads a name that neither the notebook nor the cell defines."""
 
 
 class CaptureError(RaynbError):

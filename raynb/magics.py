@@ -13,7 +13,7 @@ from traitlets.config import Configurable
 
 from ._magic_args import parse_cluster_line, parse_sizes, parse_train_line, split_datasets
 from ._settings import Settings, config_traits, parse_assignments
-from .errors import RunAborted, UsageError, not_connected
+from .errors import KubeError, RunAborted, TrainingFailedError, UsageError, not_connected
 
 __all__ = ["RayNB", "RayNBMagics", "register", "unregister"]
 
@@ -99,8 +99,12 @@ class RayNBMagics(Magics):
             return None
         if cmd == "list":
             where = self._settings({"kube_context": args.kube_context, "kube_namespace": args.kube_namespace})
-            rows = C.clusters(namespace=where.kube_namespace, context=where.kube_context)
-            print(_cluster_table(rows))
+            try:
+                rows = C.clusters(namespace=where.kube_namespace, context=where.kube_context)
+                note = ""
+            except KubeError as e:  # no embedded head, and Kubernetes cannot be asked: say both
+                rows, note = [], f"\n(Kubernetes not asked: {e.what})"
+            print(_cluster_table(rows) + note)
             return None
         if cmd == "render":
             from .manifest import load_values, render_yaml
@@ -164,7 +168,7 @@ class RayNBMagics(Magics):
         )
         full_cell = f"%%raytrain {line}\n{cell}"
         filename = self.ip.compile.cache(full_cell, self.ip.execution_count)
-        fn = compile_cell(cell, self.ip.user_ns, filename=filename, first_line=2)
+        fn = compile_cell(cell, self.ip.user_ns, filename=filename, first_line=2, check_names=not args.no_name_check)
         try:
             run = train(
                 fn,
@@ -175,14 +179,14 @@ class RayNBMagics(Magics):
                 cell_file=filename,
                 cell_source=full_cell,
                 datasets=datasets or None,
+                raise_on_failure=True,
             )
-        except RunAborted as e:
+        except (RunAborted, TrainingFailedError) as e:
             if args.out:
                 self.ip.user_ns[args.out] = e.run
             raise
         if args.out:
             self.ip.user_ns[args.out] = run
-        run.raise_for_status()
 
 
 class _Link:

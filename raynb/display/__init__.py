@@ -7,6 +7,7 @@ state, so nothing flickers and a saved notebook keeps only the final picture (a 
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +16,7 @@ from .run_view import run_html, run_text
 if TYPE_CHECKING:
     from .viewed_run import ViewedRun
 
-__all__ = ["LiveView", "render_bundle", "frontend"]
+__all__ = ["LiveView", "render_bundle", "frontend", "end_progress_line"]
 
 
 def frontend() -> str:
@@ -38,16 +39,32 @@ def _nccl_html(run: ViewedRun) -> str:
     return badges_html(run)
 
 
-def render_bundle(run: ViewedRun) -> dict[str, str]:
-    return {"text/plain": run_text(run), "text/html": run_html(run, nccl_html=_nccl_html(run))}
+def render_bundle(run: ViewedRun, *, show_error: bool = True) -> dict[str, str]:
+    text = run_text(run) if show_error else run_text(run).splitlines()[0]
+    return {"text/plain": text, "text/html": run_html(run, nccl_html=_nccl_html(run), show_error=show_error)}
 
 
 class _Bundle:
-    def __init__(self, run: ViewedRun) -> None:
-        self.run = run
+    def __init__(self, run: ViewedRun, show_error: bool = True) -> None:
+        self.run, self.show_error = run, show_error
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
-        return render_bundle(self.run)
+        return render_bundle(self.run, show_error=self.show_error)
+
+
+_open_line: LiveView | None = None  # the terminal progress line not yet ended with a newline
+_line_lock = threading.Lock()
+
+
+def end_progress_line() -> None:
+    """End a terminal's progress line before other output (a worker's print) lands on it."""
+    global _open_line
+    with _line_lock:
+        view, _open_line = _open_line, None
+        if view is not None:
+            view.stream.write("\n")
+            view.stream.flush()
+            view._last_text_len = 0
 
 
 class LiveView:
@@ -88,15 +105,21 @@ class LiveView:
             if self._handle is not None:
                 self._handle.update(_Bundle(self.run))
         elif self.mode == "text":
+            global _open_line
             line = run_text(self.run).splitlines()[0]
-            pad = max(self._last_text_len - len(line), 0)
-            self.stream.write("\r" + line + " " * pad)
-            self.stream.flush()
-            self._last_text_len = len(line)
+            with _line_lock:
+                pad = max(self._last_text_len - len(line), 0)
+                self.stream.write("\r" + line + " " * pad)
+                self.stream.flush()
+                self._last_text_len = len(line)
+                _open_line = self
 
-    def finish(self) -> None:
-        """The last picture: final curves and status stay in the cell (and in the saved notebook)."""
+    def finish(self, *, show_error: bool = True) -> None:
+        """The last picture: final curves and status stay in the cell (and in the saved notebook). ``show_error``:
+        False when the cell raises the run's error right below (say it once)."""
+        if not show_error and self.mode == "html" and self._handle is not None:
+            self._handle.update(_Bundle(self.run, show_error=False))
+            return
         self.refresh(force=True)
-        if self.mode == "text":
-            self.stream.write("\n")
-            self.stream.flush()
+        if self.mode == "text" and _open_line is self:
+            end_progress_line()

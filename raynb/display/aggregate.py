@@ -10,7 +10,7 @@ import weakref
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from .series import Series, _num, pick_key, rate_of
+from .series import _COUNT_KEYS, Series, _num, pick_key, rate_of
 
 if TYPE_CHECKING:
     from .viewed_run import ViewedRun
@@ -28,6 +28,8 @@ class Aggregate:
         self.tput: dict[int, list[tuple[float, float]]] = defaultdict(list)
         self.tput_sum: dict[float, list[float]] = {}
         self._prev_t: dict[int, float] = {}
+        #: per step: the counts every rank reported (samples/tokens) and the latest time one of them arrived
+        self._counts: dict[float, list[float]] = {}
         self._pending: list[dict[str, Any]] = []  # records seen before the plotted key is known
 
     def update(self, records: list[dict[str, Any]]) -> Aggregate:
@@ -47,6 +49,12 @@ class Aggregate:
                     self._pending.clear()
             if self.key is not None:
                 self._add_metric(r)
+            count = next((v for k, _u in _COUNT_KEYS if (v := _num(r.get(k))) is not None), None)
+            if count is not None and t is not None:
+                acc_c = self._counts.setdefault(step, [0.0, 0.0, 0])
+                acc_c[0] += count
+                acc_c[1] = max(acc_c[1], t)
+                acc_c[2] += 1
             got = rate_of(r, self._prev_t.get(rank))
             if t is not None:
                 self._prev_t[rank] = t
@@ -77,6 +85,25 @@ class Aggregate:
 
     def tput_series(self) -> Series:
         return {f"rank {k}": v for k, v in sorted(self.tput.items())}
+
+    @property
+    def has_counts(self) -> bool:
+        return bool(self._counts)
+
+    def counted_rate(self, *, window_s: float = 10.0, min_span_s: float = 2.0) -> float | None:
+        """Cluster throughput from reported counts: what all ranks counted over the last ``window_s`` seconds of
+        complete steps, divided by that time. Needs ``min_span_s`` of reports: a burst of back-to-back reports has no
+        time base, so None (shown as "–"), not a made-up rate."""
+        ranks = len(self.tput) or 1
+        steps = sorted((c[1], c[0]) for c in self._counts.values() if c[2] >= ranks)  # (time, count) per step
+        if len(steps) < 2:
+            return None
+        t_end = steps[-1][0]
+        first = next(i for i, (t, _c) in enumerate(steps) if t >= t_end - window_s or i == len(steps) - 2)
+        span = t_end - steps[first][0]
+        if span < min_span_s:
+            return None
+        return sum(c for _t, c in steps[first + 1 :]) / span
 
     def tput_total(self) -> list[tuple[float, float]]:
         """Cluster throughput per step, only for steps every reporting rank has reached."""

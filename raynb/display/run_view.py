@@ -49,7 +49,10 @@ def _summary(run: ViewedRun) -> dict[str, Any]:
     agg = aggregate_of(run)
     mean = agg.metric_mean()
     total = agg.tput_total()
-    rate = S.median(y for _, y in total[-10:])  # of the last 10 complete steps: robust to one slow step
+    ranks = max(len(agg.tput), 1)
+    # counts (samples=, tokens=) need a time base, else "–"; rates reported as such (tokens_per_s=): the median of
+    # the last 10 complete steps
+    rate = agg.counted_rate() if agg.has_counts else S.median(y for _, y in total[-10:])
     return {
         "key": agg.key,
         "agg": agg,
@@ -58,7 +61,18 @@ def _summary(run: ViewedRun) -> dict[str, Any]:
         "unit": agg.unit,
         "total": total,
         "rate": rate,
+        "ranks": ranks,
     }
+
+
+def _rate_text(s: dict[str, Any]) -> str | None:
+    """``12,345 samples/s total (6,172 per rank)``; "–" while there is no time base yet; None without throughput."""
+    if not s["unit"]:
+        return None
+    if s["rate"] is None:
+        return f"– {s['unit']}"
+    per = f" ({_fmt_num(s['rate'] / s['ranks'])} per rank)" if s["ranks"] > 1 else ""
+    return f"{_fmt_num(s['rate'])} {s['unit']} total{per}"
 
 
 def run_text(run: ViewedRun) -> str:
@@ -67,8 +81,8 @@ def run_text(run: ViewedRun) -> str:
     parts = [f"[{run.name}] {_status_text(run)}", f"step {run.step}", _elapsed(run.elapsed)]
     if s["key"]:
         parts.append(f"{s['key']} {_fmt_num(s['last'])}")
-    if s["rate"] is not None:
-        parts.append(f"{_fmt_num(s['rate'])} {s['unit']}")
+    if (rate := _rate_text(s)) is not None:
+        parts.append(rate)
     parts.append(f"{run.spec.workers} {'GPU' if run.spec.gpu else 'CPU'} workers")
     text = "  ".join(parts)
     if run.error is not None:
@@ -76,25 +90,33 @@ def run_text(run: ViewedRun) -> str:
     return text
 
 
-def run_html(run: ViewedRun, *, nccl_html: str = "") -> str:
+def run_html(run: ViewedRun, *, nccl_html: str = "", show_error: bool = True) -> str:
+    """The run as HTML; ``show_error=False`` where the cell raises the same error right below."""
     s = _summary(run)
+    finished = run.status in ("succeeded", "failed", "aborted")
     phase = run.phase
     color = _PHASE_COLORS.get(phase, "#6c757d")
     agg = s["agg"]
     few_ranks = len(agg.metric) <= 8
     vals = agg.metric_series() if few_ranks else {}
     loss_lines = vals if few_ranks and S.differ(vals) else ({"mean over ranks": s["mean"]} if s["mean"] else {})
-    tput = {k: S.smooth(v) for k, v in agg.tput_series().items()} if len(agg.tput) <= 8 else {}
-    tput_lines = (
-        tput if tput and S.differ(tput, 0.15) else ({"all workers": S.smooth(s["total"])} if s["total"] else {})
-    )
-    charts = line_chart(loss_lines, title=s["key"] or "loss", chart_id="loss") + line_chart(
-        tput_lines,
-        title="throughput",
-        unit=s["unit"],
-        chart_id="throughput",
-        empty_text="report samples= or tokens= to see throughput",
-    )
+    raw = agg.tput_series() if len(agg.tput) <= 8 else {}
+    per_rank = bool(raw) and S.differ(raw, 0.15)
+    shown = raw if per_rank else ({"all workers": s["total"]} if s["total"] else {})
+    window = S.smoothing_window(max((len(v) for v in shown.values()), default=0))
+    tput_lines = {k: S.smooth(v, window) for k, v in shown.items()}
+    smoothing = f", rolling mean of {window} steps" if window > 1 else ""
+    charts = ""
+    if loss_lines or not finished:  # a finished run shows no "waiting" frames
+        charts += line_chart(loss_lines, title=s["key"] or "loss", chart_id="loss")
+    if tput_lines or not finished:
+        charts += line_chart(
+            tput_lines,
+            title=("throughput per rank" if per_rank else "throughput, all workers") + smoothing,
+            unit=s["unit"],
+            chart_id="throughput",
+            empty_text="report samples= or tokens= to see throughput",
+        )
     stats = [
         f"step <b>{run.step}</b>",
         f"elapsed <b>{_elapsed(run.elapsed)}</b>",
@@ -102,10 +124,10 @@ def run_html(run: ViewedRun, *, nccl_html: str = "") -> str:
     ]
     if s["key"]:
         stats.append(f"{html.escape(s['key'])} <b>{_fmt_num(s['last'])}</b>")
-    if s["rate"] is not None:
-        stats.append(f"<b>{_fmt_num(s['rate'])}</b> {html.escape(s['unit'])}")
+    if (rate := _rate_text(s)) is not None:
+        stats.append(html.escape(rate))
     err = ""
-    if run.error is not None:
+    if run.error is not None and show_error:
         err = (
             f'<pre style="background:#fff5f5;border-left:4px solid #dc3545;padding:6px 8px;margin:6px 0 0;'
             f'white-space:pre-wrap;font-size:12px">{html.escape(str(run.error))}</pre>'

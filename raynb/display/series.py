@@ -166,10 +166,15 @@ def latest_throughput(series: Series, window: int = 10) -> float | None:
     return median(y for _, y in total(series)[-window:])
 
 
+def smoothing_window(n: int) -> int:
+    """Points averaged for a displayed throughput curve of ``n`` points: one in ten, between 1 and 50."""
+    return max(1, min(50, n // 10))
+
+
 def smooth(points: list[tuple[float, float]], window: int | None = None) -> list[tuple[float, float]]:
-    """Trailing rolling mean; the window grows with the run (1 point in 50, between 1 and 50)."""
+    """Trailing rolling mean over ``window`` points (default :func:`smoothing_window`)."""
     n = len(points)
-    w = window or max(1, min(50, n // 50))
+    w = window or smoothing_window(n)
     if w <= 1:
         return points
     out, acc = [], 0.0

@@ -162,13 +162,15 @@ def test_globals_config_local_module_and_plain_ray_train_report(ip, tmp_path: Pa
 
 
 def test_terminal_ipython_prints_a_text_progress_line(cluster: raynb.Cluster) -> None:
-    """In terminal IPython (no HTML frontend) the same run prints a readable progress line."""
+    """In terminal IPython (no HTML frontend) the same run prints a readable progress line, which ends before a
+    worker's print lands (never glued onto it), and none of Ray's start-up chatter."""
     import subprocess
 
     script = (
         "%load_ext raynb\n%raycluster up --local\n"
         "%%raytrain --workers 2 --name terminal-run\nimport raynb, time\n"
-        "for i in range(20):\n    raynb.report(loss=1.0 / (i + 1), samples=10)\n    time.sleep(0.05)\n\n\nexit\n"
+        "for i in range(20):\n    raynb.report(loss=1.0 / (i + 1), samples=10)\n    time.sleep(0.05)\n"
+        "    if i == 10:\n        print('hello from a worker', flush=True)\n\n\nexit\n"
     )
     ipy = Path(sys.executable).with_name("ipython")
     p = subprocess.run(
@@ -183,6 +185,9 @@ def test_terminal_ipython_prints_a_text_progress_line(cluster: raynb.Cluster) ->
     final = [ln for ln in out.replace("\r", "\n").splitlines() if "[terminal-run] succeeded" in ln]
     assert final and "step 20" in final[-1] and "loss 0.05" in final[-1] and "samples/s" in final[-1], out[-2000:]
     assert "<div" not in out  # no HTML in a terminal
+    hello = [ln for ln in out.replace("\r", "\n").splitlines() if "hello from a worker" in ln]
+    assert len(hello) == 2 and all("[terminal-run]" not in ln for ln in hello), hello  # one per worker, own lines
+    assert "SIGTERM handler" not in out + p.stderr and "Requesting resources" not in out
 
 
 def test_checkpoint_report_with_none_on_other_ranks_reaches_storage(cluster: raynb.Cluster, tmp_path: Path) -> None:

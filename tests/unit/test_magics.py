@@ -102,7 +102,8 @@ def test_kubernetes_flags_and_local_do_not_mix(ip) -> None:
 
 
 def test_up_with_values_goes_to_kubernetes_and_says_what_is_missing(ip, tmp_path, monkeypatch) -> None:
-    """No kubeconfig here: the magic reaches the Kubernetes path (after the versions check) and says what to do."""
+    """No kubeconfig here: the magic says so first -- before the versions check, since the image's Python 3.13 never
+    matches this 3.11 kernel and that error would hide what the user can fix right away."""
     import sys
 
     from raynb._kube_api import KubeError
@@ -113,4 +114,7 @@ def test_up_with_values_goes_to_kubernetes_and_says_what_is_missing(ip, tmp_path
     py = f"{sys.version_info[0]}.{sys.version_info[1]}"
     with pytest.raises(KubeError) as ei:
         ip.run_line_magic("raycluster", f"up --k8s --set PYTHON_VERSION={py} --context prod --timeout 5")
+    assert ei.value.what == "No Kubernetes configuration found."
+    with pytest.raises(KubeError) as ei:  # the image's own Python (3.13): still the kubeconfig first
+        ip.run_line_magic("raycluster", "up --k8s --timeout 5")
     assert ei.value.what == "No Kubernetes configuration found."

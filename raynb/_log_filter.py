@@ -1,0 +1,64 @@
+"""What of the cluster's log stream reaches the cell. Pure: lines in, lines out.
+
+Ray Client forwards every actor's output to the notebook. Two kinds of lines are not the user's business there:
+Ray's own chatter on every run (:data:`KNOWN_NOISE`), and Ray Train's copies of a failing rank's traceback -- the
+worker's "Error in training function", the controller's failure policy and error snippet. raynb shows that error
+once, as its own message with the cell's line numbers; Ray's copies stay in Ray's log files on the cluster.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["KNOWN_NOISE", "LineFilter"]
+
+#: Lines Ray itself logs on every run that say nothing to a notebook user (Ray 2.58). User prints are untouched.
+KNOWN_NOISE = (
+    re.compile(r"Actor with class name: 'PreemptionWatcher' and ID: '\w+' has constructor arguments"),
+    re.compile(r"SIGTERM handler is not set because current thread is not the main thread"),
+    # one INFO line per rank on every checkpointing ray.train.report()
+    re.compile(r"Reporting training result \d+: TrainingReport\("),
+    # Train's placement-group watchdog polling the State API, which needs the dashboard (heads started without it)
+    re.compile(r"Failed to query Ray Train Controller actor state\. State API may be temporarily unavailable"),
+    # Train's start-up narration: the cell's live view says the same ("starting workers")
+    re.compile(r"Requesting resources: \{"),
+    re.compile(r"Attempting to start training worker group of size \d+"),
+    re.compile(r"Setting up process group for: "),
+    re.compile(r"Started training worker group of size \d+"),
+    re.compile(r"- \(ip=[^,)]*, pid=\d+\) world_rank=\d+, local_rank=\d+, node_rank=\d+"),
+)
+#: Where Ray Train begins reporting a failure that raynb reports itself.
+_FAILURE_START = re.compile(
+    r"^(Error in training function:|\[FailurePolicy\]|Error: Training failed due to worker errors|"
+    r"ray\.train\.\w*Error: Training failed)"
+)
+#: Lines that continue such a report: tracebacks, indented details, snippets, the exception line, blank lines.
+_FAILURE_MORE = re.compile(r"^(Traceback |\s|\[Rank \d+ Error Snippet\]|[\w.]+(Error|Exception|Interrupt)\b|$)")
+_PREFIX = re.compile(r"^(?:\x1b\[[\d;]*m)?\((?P<who>[\w.]+) pid=(?P<pid>\d+)[^)]*\)(?:\x1b\[[\d;]*m)? ?")
+
+
+class LineFilter:
+    """Keeps the lines a notebook user should see; remembers, per process, whether a failure report is running."""
+
+    def __init__(self) -> None:
+        self._in_failure: set[str] = set()
+
+    def keep(self, line: str) -> bool:
+        if any(p.search(line) for p in KNOWN_NOISE):
+            return False
+        m = _PREFIX.match(line)
+        if m is None or not m["who"].startswith(("RayTrainWorker", "TrainController")):
+            return True
+        source, text = m["pid"], line[m.end() :].rstrip("\n")
+        if _FAILURE_START.match(text):
+            self._in_failure.add(source)
+            return False
+        if source in self._in_failure:
+            if _FAILURE_MORE.match(text):
+                return False
+            self._in_failure.discard(source)
+        return True
+
+    def text(self, msg: str) -> str:
+        """``msg`` (one or more lines, as Ray Client delivers them) without the lines to drop."""
+        return "".join(ln for ln in msg.splitlines(keepends=True) if self.keep(ln))

@@ -1,0 +1,100 @@
+"""What a newcomer sees, in a real kernel: a typo found before any worker starts, one error per failure, no waiting
+text on a finished run, no made-up throughput, "total" said, the smoothing named, `list` with headers even when
+nothing runs, and no chatter on `up`."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+
+from tests.notebook.kernels import errors, kernel, run, text
+
+
+@pytest.fixture(scope="module")
+def kc(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    home = tmp_path_factory.mktemp("home")
+    env = {"RAYNB_HOME": str(home / "raynb"), "KUBECONFIG": str(home / "no-kubeconfig"), "HOME": str(home)}
+    with kernel(env=env) as (_km, client):
+        out = run(client, "%load_ext raynb\n%raycluster list")
+        assert not errors(out), text(out)
+        listing = text(out)
+        up = run(client, "%raycluster up --local", timeout=300)
+        assert not errors(up), text(up)
+        yield client, listing, text(up)
+        run(client, "%raycluster down", timeout=120)
+
+
+def _final_display(msgs: list[dict]) -> tuple[str, str]:
+    shown = [m for m in msgs if m["msg_type"] in ("display_data", "update_display_data")]
+    assert shown, "no live view"
+    data = shown[-1]["content"]["data"]
+    return data.get("text/html", ""), data.get("text/plain", "")
+
+
+def test_list_with_nothing_running_and_a_quiet_up(kc) -> None:
+    _client, listing, up = kc
+    assert listing.startswith("no clusters: `%raycluster up --local` starts the embedded one"), listing
+    assert "Kubernetes not asked: No Kubernetes configuration found." in listing
+    assert "SIGTERM handler" not in up and "connected to ray://127.0.0.1:" in up
+
+
+def test_an_undefined_name_is_found_before_any_worker_starts(kc) -> None:
+    client, _, _ = kc
+    out = run(client, "%%raytrain --workers 2\nimport time\nprint(undefined_thing)\n", timeout=60)
+    errs = errors(out)
+    assert len(errs) == 1 and errs[0]["ename"] == "UndefinedNameError", text(out)
+    assert "`undefined_thing` (line 3)" in errs[0]["evalue"] and "--no-name-check" in "".join(errs[0]["traceback"])
+    assert not [m for m in out if m["msg_type"] in ("display_data", "update_display_data")]  # no run was started
+    out = run(client, "%%raytrain --workers 2 --no-name-check --out unchecked\nprint(undefined_thing)\n", timeout=300)
+    assert [e["ename"] for e in errors(out)] == ["TrainingFailedError"]  # the escape hatch: the workers decide
+
+
+def test_a_failed_run_says_its_error_once(kc) -> None:
+    client, _, _ = kc
+    cell = "%%raytrain --workers 2\nimport ray.train\nif ray.train.get_context().get_world_rank() == 1:\n    raise ValueError('boom')\n"
+    out = run(client, cell, timeout=300)
+    errs = errors(out)
+    assert len(errs) == 1 and errs[0]["ename"] == "TrainingFailedError"
+    assert "cell line 4" in "\n".join(errs[0]["traceback"])
+    html, plain = _final_display(out)
+    streams = "".join(m["content"]["text"] for m in out if m["msg_type"] == "stream")
+    assert "boom" not in streams and "Traceback" not in streams, streams  # Ray's copies stay in Ray's logs
+    assert "boom" not in html and "boom" not in plain  # the view says failed; the error below says why
+    assert 'data-status="failed"' in html
+    # a run that failed before its first report shows no "waiting" frames at all
+    assert "waiting for the first report" not in html and "report samples=" not in html and "<svg" not in html
+
+
+def test_throughput_needs_a_time_base_and_says_total(kc) -> None:
+    client, _, _ = kc
+    burst = (
+        "%%raytrain --workers 2 --out burst\nimport raynb\nfor i in range(5):\n    raynb.report(loss=1.0, samples=64)\n"
+    )
+    out = run(client, burst, timeout=300)
+    assert not errors(out), text(out)
+    html, plain = _final_display(out)
+    assert "– samples/s" in plain and "– samples/s" in html, plain  # no rate from 5 back-to-back reports
+    steady = (
+        "%%raytrain --workers 2 --out steady\nimport raynb, time\n"
+        "for i in range(60):\n    time.sleep(0.05)\n    raynb.report(loss=1.0 / (i + 1), samples=64)\n"
+    )
+    out = run(client, steady, timeout=300)
+    assert not errors(out), text(out)
+    html, plain = _final_display(out)
+    m = re.search(r"([\d,]+) samples/s total \(([\d,]+) per rank\)", plain)
+    assert m, plain
+    total, per = (int(g.replace(",", "")) for g in m.groups())
+    assert 600 < total < 2 * 64 / 0.05 * 1.01 and abs(total / 2 - per) <= 1, plain  # 2 ranks x 64 samples / ~0.05 s
+    assert re.search(r"throughput[^<]*rolling mean of \d+ steps", html), "the chart says how it smooths"
+
+
+def test_error_colours_follow_ipython(kc) -> None:
+    client, _, _ = kc
+    out = run(client, "%colors nocolor\n%raycluster up --local --values x.env")
+    (err,) = errors(out)
+    assert err["ename"] == "UsageError" and not any("\x1b[" in ln for ln in err["traceback"]), err["traceback"]
+    run(client, "%colors linux")
+    (err,) = errors(run(client, "%raycluster up --local --values x.env"))
+    assert "\x1b[31m" in err["traceback"][0]

@@ -1,0 +1,39 @@
+"""What of the cluster's log stream reaches the cell: real lines as Ray 2.58 sends them over Ray Client (captured from
+a failing 2-worker run on the embedded cluster)."""
+
+from __future__ import annotations
+
+from raynb._log_filter import LineFilter
+
+W, C = "\x1b[36m(RayTrainWorker pid=2033)\x1b[0m ", "\x1b[36m(TrainController pid=1827)\x1b[0m "
+FAILING_RUN = [
+    C + "Requesting resources: {'CPU': 1.0} * 2\n",
+    W + "user print before the failure\n",
+    W + "Error in training function:\n",
+    W + "Traceback (most recent call last):\n",
+    W + '  File "/work/main/raynb/_worker.py", line 185, in run_on_worker\n',
+    W + "    fn(config)\n",
+    W + "ValueError: boom\n",
+    W + "\n",
+    C + "[FailurePolicy] RAISE\n",
+    C + "  Source: worker group\n",
+    C + "  Error count: 1 (max allowed: 0)\n",
+    C + "Error: Training failed due to worker errors:\n",
+    C + "[Rank 1 Error Snippet]:\n",
+    C + "Traceback (most recent call last):\n",
+    C + "ValueError: boom\n",
+    C + "ray.train.WorkerGroupError: Training failed due to worker errors:\n",
+    W + "user print after the report\n",
+    "(ray_client_server) SIGTERM handler is not set because current thread is not the main thread.\n",
+    "(MyActor pid=7) Traceback (most recent call last):\n",  # not Ray Train's: the user's actor, shown
+]
+
+
+def test_rays_copies_of_the_failure_and_its_chatter_stay_out() -> None:
+    f = LineFilter()
+    kept = [ln for ln in FAILING_RUN if f.keep(ln)]
+    assert kept == [FAILING_RUN[1], FAILING_RUN[16], FAILING_RUN[18]]
+
+
+def test_a_message_of_several_lines_is_filtered_line_by_line() -> None:
+    assert LineFilter().text("".join(FAILING_RUN[:4])) == FAILING_RUN[1]
