@@ -250,6 +250,8 @@ def up(
     connect: bool = True,
     num_cpus: int | None = None,
     num_gpus: int | None = None,
+    dashboard: bool | None = None,
+    auth: bool | None = None,
     timeout: float | None = None,
     settings: Settings | None = None,
     progress: Say | None = None,
@@ -284,7 +286,13 @@ def up(
         )
     else:
         settings = settings or resolve_settings(
-            {"local_num_cpus": num_cpus, "local_num_gpus": num_gpus, "start_timeout_s": timeout}
+            {
+                "local_num_cpus": num_cpus,
+                "local_num_gpus": num_gpus,
+                "local_dashboard": dashboard,
+                "local_auth": auth,
+                "start_timeout_s": timeout,
+            }
         )
         backend = _embedded.up(settings, say)
     c = Cluster(backend, settings=settings)

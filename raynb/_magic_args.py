@@ -18,7 +18,6 @@ __all__ = [
     "parse_train_line",
     "split_config_expr",
     "split_datasets",
-    "parse_sizes",
     "train_parser",
     "cluster_parser",
 ]
@@ -160,19 +159,6 @@ def split_datasets(text: str | None) -> list[tuple[str, str]]:
                 fix="e.g. --datasets train=train_ds,val=ray.data.range(100)",
             )
         out.append((name.strip(), expr.strip()))
-    return out
-
-
-def parse_sizes(text: str) -> list[int]:
-    """``1M,64M,1G`` -> bytes (K/M/G are powers of 1024)."""
-    out = []
-    for part in text.split(","):
-        part = part.strip().upper().removesuffix("B").removesuffix("I")
-        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(part[-1:], 1)
-        try:
-            out.append(int(float(part[:-1] if mult > 1 else part) * mult))
-        except ValueError:
-            raise UsageError(f"%raycluster bench: cannot read size {part!r}", fix="use sizes like 1M,64M,1G") from None
     return out
 
 

@@ -13,8 +13,9 @@ from typing import Any
 
 from ._settings import Settings
 from ._worker_env import TCP_ENV
+from .errors import UsageError
 
-__all__ = ["ProbeResult", "bench", "sweep", "GPU_SIZES", "CPU_SIZES"]
+__all__ = ["ProbeResult", "bench", "sweep", "parse_sizes", "GPU_SIZES", "CPU_SIZES"]
 
 MiB = 1 << 20
 GPU_SIZES = [MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1024 * MiB]
@@ -184,11 +185,24 @@ def _one(
     return rows.to_dict("records"), (nccl.get(0) or next(iter(nccl.values()), {}))
 
 
+def parse_sizes(text: str) -> list[int]:
+    """``1M,64M,1G`` -> bytes (K/M/G are powers of 1024)."""
+    out = []
+    for part in text.split(","):
+        part = part.strip().upper().removesuffix("B").removesuffix("I")
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(part[-1:], 1)
+        try:
+            out.append(int(float(part[:-1] if mult > 1 else part) * mult))
+        except ValueError:
+            raise UsageError(f"%raycluster bench: cannot read size {part!r}", fix="use sizes like 1M,64M,1G") from None
+    return out
+
+
 def bench(
     *,
     workers: int | None = None,
     gpu: bool | None = None,
-    sizes: list[int] | None = None,
+    sizes: list[int] | str | None = None,
     compare_tcp: bool = False,
     env: dict[str, str] | None = None,
     settings: Settings | None = None,
@@ -197,6 +211,8 @@ def bench(
     name: str = "raynb-bench",
 ) -> ProbeResult:
     """Sweep all_reduce sizes across ``workers`` workers (default: every GPU, else 2 CPU workers)."""
+    if isinstance(sizes, str):  # "1M,64M,1G", as `%raycluster bench --sizes` takes them
+        sizes = parse_sizes(sizes)
     import ray
 
     from ._current import resolve_settings

@@ -223,6 +223,8 @@ def train(
     config: dict[str, Any] | None = None,
     name: str | None = None,
     env: dict[str, str] | None = None,
+    nccl: str | None = None,
+    strict_efa: bool | None = None,
     display: bool | str | None = None,
     settings: Settings | None = None,
     cell_file: str | None = None,
@@ -250,7 +252,14 @@ def train(
     """
     shape = shape_of(scaling_config, workers=workers, gpu=gpu, cpus_per_worker=cpus_per_worker)
     if settings is None:
-        settings = resolve_settings({"workers": workers, "gpu": gpu, "cpus_per_worker": cpus_per_worker, **shape})
+        flags = {
+            "workers": workers,
+            "gpu": gpu,
+            "cpus_per_worker": cpus_per_worker,
+            "nccl": nccl,
+            "strict_efa": strict_efa,
+        }
+        settings = resolve_settings({**flags, **shape})
     elif shape:
         settings = dataclasses.replace(settings, **shape)
     ray_objects = {

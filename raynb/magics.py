@@ -11,7 +11,7 @@ from typing import Any
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from traitlets.config import Configurable
 
-from ._magic_args import parse_cluster_line, parse_sizes, parse_train_line, split_datasets
+from ._magic_args import parse_cluster_line, parse_train_line, split_datasets
 from ._settings import Settings, config_traits, parse_assignments
 from .errors import KubeError, RunAborted, TrainingFailedError, UsageError, not_connected
 
@@ -107,10 +107,10 @@ class RayNBMagics(Magics):
             print(_cluster_table(rows) + note)
             return None
         if cmd == "render":
-            from .manifest import load_values, render_yaml
+            from .manifest import render_yaml
 
             overrides = parse_assignments(args.overrides, "%raycluster render: --set")
-            print(render_yaml(load_values(args.values), overrides), end="")
+            print(render_yaml(args.values, overrides), end="")
             return None
         cur = C.current()
         if cur is None:
@@ -129,7 +129,7 @@ class RayNBMagics(Magics):
             return bench(
                 gpu=args.gpu,
                 settings=settings if (args.workers or args.gpu) else None,
-                sizes=parse_sizes(args.sizes) if args.sizes else None,
+                sizes=args.sizes,
                 compare_tcp=args.compare_tcp,
             )
         if cmd == "dashboard":

@@ -199,8 +199,14 @@ def render(
     return obj
 
 
-def render_yaml(values: Mapping[str, str] | None = None, overrides: Mapping[str, str] | None = None) -> str:
-    return yaml.safe_dump(render(values, overrides), sort_keys=False)
+def render_yaml(
+    values: str | Path | Mapping[str, str] | None = None,
+    set: Mapping[str, object] | None = None,  # the name the magic's --set maps to
+) -> str:
+    """The twin of ``%raycluster render [--values F] [--set K=V ...]``: a values file (or a dict of values; default:
+    the packaged values.env) and overrides -> the RayCluster YAML that ``kubectl apply --server-side -f -`` takes."""
+    vals = dict(values) if isinstance(values, Mapping) else load_values(values)
+    return yaml.safe_dump(render(vals, {k: str(v) for k, v in (set or {}).items()}), sort_keys=False)
 
 
 def head_image(rc: Mapping[str, Any]) -> str:
@@ -256,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     from ._settings import parse_assignments
 
     try:
-        sys.stdout.write(render_yaml(load_values(args.values), parse_assignments(args.overrides, "--set")))
+        sys.stdout.write(render_yaml(args.values, parse_assignments(args.overrides, "--set")))
     except RaynbError as e:
         print(e.message, file=sys.stderr)
         return 2
