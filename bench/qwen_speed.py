@@ -1,7 +1,10 @@
 """Speed of the Qwen2.5-1.5B notebook's training cell: under raynb (%%raytrain's path) or bare torchrun.
 
-  python bench/qwen_speed.py --mode raynb --workers 1            # prints one JSON object
-  python bench/qwen_speed.py --mode torchrun --workers 2 --env NCCL_P2P_DISABLE=1 --env NCCL_SHM_DISABLE=1
+  python bench/qwen_speed.py --mode both --rounds 3 --workers 1 --out bench/results/NAME.json   # the comparison
+  python bench/qwen_speed.py --mode raynb --workers 2 --env NCCL_P2P_DISABLE=1 --env NCCL_SHM_DISABLE=1  # one run
+
+``--mode both`` runs raynb and bare torchrun in the same invocation, alternating, the order flipped every round, and
+prints the ratio of the medians (the baseline measured in the same run).
 
 The cells come from notebooks/qwen25_finetune_eks.ipynb (tags "helpers" and "train"), so what is measured is the
 notebook's own code. Random weights from the real config (nothing is downloaded): same compute as the pretrained
@@ -111,9 +114,44 @@ def run_torchrun(cfg: dict[str, Any], workers: int, env: dict[str, str]) -> dict
     return {"call_to_end_s": time.time() - t0}
 
 
+def one_run(mode: str, cfg: dict[str, Any], args: Any, env: dict[str, str], timing: Path, gpu: bool) -> dict[str, Any]:
+    import torch
+
+    timing.unlink(missing_ok=True)
+    extra = run_raynb(cfg, args.workers, env) if mode == "raynb" else run_torchrun(cfg, args.workers, env)
+    t = json.loads(timing.read_text())
+    out: dict[str, Any] = {
+        "label": args.label,
+        "mode": mode,
+        "workers": args.workers,
+        "env": env,
+        "config": {k: cfg[k] for k in ("seq_len", "batch", "steps", "warmup", "compile", "tiny")},
+        **t,
+        **extra,
+    }
+    if gpu:
+        name = torch.cuda.get_device_name(0)
+        peak = next((v for k, v in DENSE_BF16_PEAK.items() if k in name), None)
+        layers, hidden = 28, 1536
+        flops_per_token = 6 * t["params"] + 12 * layers * hidden * args.seq
+        per_gpu = t["tokens_per_s"] / args.workers
+        mm = matmul_tflops()
+        out.update(
+            gpu_name=name,
+            tokens_per_s_per_gpu=per_gpu,
+            flops_per_token=flops_per_token,
+            mfu_vs_dense_peak=per_gpu * flops_per_token / peak if peak else None,
+            measured_matmul_tflops=mm,
+            mfu_vs_measured_matmul=per_gpu * flops_per_token / (mm * 1e12),
+        )
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--mode", choices=["raynb", "torchrun"], required=True)
+    ap.add_argument("--mode", choices=["raynb", "torchrun", "both"], required=True)
+    ap.add_argument("--rounds", type=int, default=3, help="with --mode both: rounds of (raynb, torchrun)")
+    ap.add_argument("--out", help="also write the JSON record to this file (bench/results/...)")
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--warmup", type=int, default=10)
@@ -144,33 +182,31 @@ def main() -> None:
         "output_dir": None,
         "timing_file": str(timing),
     }
-    extra = run_raynb(cfg, args.workers, env) if args.mode == "raynb" else run_torchrun(cfg, args.workers, env)
-    t = json.loads(timing.read_text())
-    out: dict[str, Any] = {
-        "label": args.label,
-        "mode": args.mode,
-        "workers": args.workers,
-        "env": env,
-        "config": {k: cfg[k] for k in ("seq_len", "batch", "steps", "warmup", "compile", "tiny")},
-        **t,
-        **extra,
-    }
-    if gpu:
-        name = torch.cuda.get_device_name(0)
-        peak = next((v for k, v in DENSE_BF16_PEAK.items() if k in name), None)
-        layers, hidden = 28, 1536
-        flops_per_token = 6 * t["params"] + 12 * layers * hidden * args.seq
-        per_gpu = t["tokens_per_s"] / args.workers
-        mm = matmul_tflops()
-        out.update(
-            gpu_name=name,
-            tokens_per_s_per_gpu=per_gpu,
-            flops_per_token=flops_per_token,
-            mfu_vs_dense_peak=per_gpu * flops_per_token / peak if peak else None,
-            measured_matmul_tflops=mm,
-            mfu_vs_measured_matmul=per_gpu * flops_per_token / (mm * 1e12),
-        )
-    print("RESULT " + json.dumps(out))
+    if args.mode != "both":
+        out = one_run(args.mode, cfg, args, env, timing, gpu)
+    else:
+        import statistics
+
+        runs: list[dict[str, Any]] = []
+        for i in range(args.rounds):
+            for mode in ("raynb", "torchrun") if i % 2 == 0 else ("torchrun", "raynb"):
+                runs.append({"round": i, **one_run(mode, cfg, args, env, timing, gpu)})
+        med = {m: statistics.median(r["tokens_per_s"] for r in runs if r["mode"] == m) for m in ("raynb", "torchrun")}
+        out = {
+            "label": args.label,
+            "what": "the Qwen notebook's training cell under raynb (%%raytrain's path) and bare torchrun, alternating, "
+            "order flipped every round, one invocation",
+            "workers": args.workers,
+            "rounds": args.rounds,
+            "runs": runs,
+            "tokens_per_s_median": med,
+            "ratio_raynb_over_torchrun": med["raynb"] / med["torchrun"],
+            "target_min_ratio": 0.98,
+        }
+    text = json.dumps(out)
+    if args.out:
+        Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    print("RESULT " + text)
 
 
 if __name__ == "__main__":
