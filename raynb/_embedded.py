@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import _embedded_head as head_proc
+from . import _session
 from ._backend import BackendChecks, BackendKind, Say
 from ._checks import Check
 from ._embedded_head import LocalHead
@@ -51,6 +52,7 @@ class EmbeddedBackend:
     def down(self, say: Say) -> None:
         head_proc.stop_head(self.head)
         head_proc.remove_owner()
+        _session.forget_token()  # its token file is gone with it
 
     def disconnect(self) -> None:
         """Nothing to close: the head stays for other kernels (and stops once no kernel owns it)."""

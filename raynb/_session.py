@@ -128,22 +128,23 @@ def auth_preflight(dashboard_url: str | None, timeout: float = 3.0) -> str | Non
     if answer is None:
         return None
     mode = answer.get("authentication_mode")
-    if mode == "token" and not _process_uses_token_auth():
-        if not _token_available():
-            raise ConnectError(
-                "The Ray head requires token authentication, but this kernel has no Ray token.",
-                saw=f"{dashboard_url}/api/authentication_mode answered 'token'; no RAY_AUTH_TOKEN, "
-                "RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token here",
-                fix="copy the cluster's token to ~/.ray/auth_token (or set RAY_AUTH_TOKEN), then run the cell again.",
-            )
-        _switch_to_token_mode()
+    wants_token = mode == "token"
+    if wants_token and not _token_available():
+        raise ConnectError(
+            "The Ray head requires token authentication, but this kernel has no Ray token.",
+            saw=f"{dashboard_url}/api/authentication_mode answered 'token'; no RAY_AUTH_TOKEN, "
+            "RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token here",
+            fix="copy the cluster's token to ~/.ray/auth_token (or set RAY_AUTH_TOKEN), then run the cell again.",
+        )
+    if wants_token != _process_uses_token_auth():  # e.g. a kernel that used a token head now reaches one without
+        _switch_auth_mode(token=wants_token)
     return mode
 
 
-def _switch_to_token_mode() -> None:
-    """Authenticate with a token from now on. Ray reads RAY_AUTH_MODE when it is imported; a process that imported Ray
-    but is not connected re-reads it through Ray's own reset (what Ray's tests use). A connected one cannot switch."""
-    os.environ["RAY_AUTH_MODE"] = "token"
+def _switch_auth_mode(*, token: bool) -> None:
+    """Authenticate with a token from now on (or stop). Ray reads RAY_AUTH_MODE when it is imported; a process that
+    imported Ray but is not connected re-reads it through Ray's own reset (what Ray's tests use)."""
+    os.environ["RAY_AUTH_MODE"] = "token" if token else "disabled"
     if "ray._raylet" not in sys.modules:
         return
     import ray
@@ -156,21 +157,47 @@ def _switch_to_token_mode() -> None:
         AuthenticationTokenLoader.instance().reset_cache()
         Config.initialize("")
     except (ImportError, AttributeError) as e:  # a Ray without the reset
+        mode = os.environ["RAY_AUTH_MODE"]
         raise ConnectError(
-            "The Ray head requires token authentication, and Ray was imported in this kernel without it.",
+            f"The Ray head {'requires' if token else 'does not use'} token authentication, and Ray was imported in "
+            "this kernel with the other mode.",
             saw=f"Ray reads RAY_AUTH_MODE only at import, and this Ray cannot re-read it ({e})",
-            fix="restart the kernel and run `%env RAY_AUTH_MODE=token` before anything imports ray "
-            "(or export RAY_AUTH_MODE=token before starting Jupyter).",
+            fix=f"restart the kernel and run `%env RAY_AUTH_MODE={mode}` before anything imports ray "
+            f"(or export RAY_AUTH_MODE={mode} before starting Jupyter).",
         ) from None
 
 
+_AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_TOKEN")
+#: RAY_AUTH_* as they were before raynb pointed this process at an embedded head's token (None: not pointed)
+_auth_env_before: dict[str, str | None] | None = None
+
+
 def use_token(token_path: str) -> None:
-    """Authenticate this process with the token in ``token_path`` (the embedded head's)."""
-    changed = os.environ.get("RAY_AUTH_TOKEN_PATH") != token_path or bool(os.environ.get("RAY_AUTH_TOKEN"))
+    """Authenticate this process with the token in ``token_path`` (the embedded head's). Always through Ray's reset:
+    Ray caches the token it read, and a head started again writes a new token at the same path."""
+    global _auth_env_before
+    if _auth_env_before is None:
+        _auth_env_before = {k: os.environ.get(k) for k in _AUTH_VARS}
     os.environ["RAY_AUTH_TOKEN_PATH"] = token_path
     os.environ.pop("RAY_AUTH_TOKEN", None)
-    if changed or not _process_uses_token_auth():
-        _switch_to_token_mode()
+    _switch_auth_mode(token=True)
+
+
+def forget_token() -> None:
+    """Put RAY_AUTH_* back as they were before :func:`use_token`: the next cluster is not the embedded head, whose
+    token file goes with it (Ray in token mode with a missing token file refuses every connection)."""
+    global _auth_env_before
+    if _auth_env_before is None:
+        return
+    for k, v in _auth_env_before.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    _auth_env_before = None
+    wants_token = os.environ.get("RAY_AUTH_MODE", "disabled").lower() == "token"
+    if wants_token != _process_uses_token_auth():
+        _switch_auth_mode(token=wants_token)
 
 
 def check_versions(server_ray: str, server_python: str, *, where: str = "the cluster") -> None:
@@ -211,6 +238,8 @@ def connect(
     """
     if token_path:
         use_token(token_path)
+    else:
+        forget_token()
     auth_preflight(dashboard_url)  # before `import ray`: Ray fixes its auth mode at import
     import ray
 

@@ -170,6 +170,61 @@ def test_token_auth_head_is_detected_instead_of_hanging(tmp_path: Path) -> None:
         _stop_head_at(temp)
 
 
+AFTER_TOKEN_SCRIPT = textwrap.dedent("""
+    import json, os, sys
+    import raynb
+    from raynb import _embedded_head as local, _session
+    out = {}
+    c = raynb.up(local=True)                      # the default: a token head; its token file lives in its state dir
+    out["mode_on_token_head"] = os.environ.get("RAY_AUTH_MODE")
+    c.down()                                      # ... and goes with it
+    out["env_after_down"] = [os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH")]
+    c = raynb.up(local=True)                      # a new head: a new token at the same path (Ray caches the old one)
+    import ray
+    out["again_cpus"] = ray.cluster_resources().get("CPU")
+    c.down()
+    os.environ["RAYNB_HOME"] = sys.argv[1]
+    head = local.start_head(num_cpus=1, timeout=180, auth=False)
+    try:
+        _session.connect(head.client_address, timeout=60)   # no dashboard to ask
+        out["cpus"] = ray.cluster_resources().get("CPU")
+        # A kernel started with a token environment whose file is gone (what a kernel inherits from a shell that
+        # once used a token head): the head's dashboard says 'disabled', so raynb turns token mode off.
+        os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH="/nonexistent/auth_token")
+        _session._switch_auth_mode(token=True)
+        _session.connect(head.client_address, dashboard_url=head.dashboard_url, timeout=60)
+        out["inherited_cpus"] = ray.cluster_resources().get("CPU")
+        out["inherited_mode"] = os.environ.get("RAY_AUTH_MODE")
+        ray.shutdown()
+    finally:
+        local.stop_head(head)
+        local.remove_owner()
+    print("RESULT " + json.dumps(out))
+""")
+
+
+def test_after_the_token_head_goes_a_head_without_auth_connects(tmp_path: Path) -> None:
+    """A kernel that used the embedded head (token mode), stopped it, and then connects to a head without auth: the
+    token file went with the head, and Ray in token mode with a missing token refuses every connection."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    env["RAYNB_HOME"] = str(tmp_path / "a")
+    p = subprocess.run(
+        [sys.executable, "-c", AFTER_TOKEN_SCRIPT, str(tmp_path / "b")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    line = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert line, p.stdout[-2000:] + p.stderr[-3000:]
+    out = json.loads(line[0][7:])
+    assert out["mode_on_token_head"] == "token"
+    assert out["env_after_down"] == [None, None]  # put back as the kernel had them
+    assert out["again_cpus"] is not None and out["again_cpus"] >= 1
+    assert out["cpus"] == 1.0
+    assert out["inherited_cpus"] == 1.0 and out["inherited_mode"] == "disabled"
+
+
 def _stop_head_at(temp: str) -> None:
     """Stop only the head that uses ``temp`` (never `ray stop`: it would kill the package's head too)."""
     import signal
