@@ -142,9 +142,14 @@ def auth_preflight(dashboard_url: str | None, timeout: float = 3.0) -> str | Non
 
 
 def _switch_auth_mode(*, token: bool) -> None:
-    """Authenticate with a token from now on (or stop). Ray reads RAY_AUTH_MODE when it is imported; a process that
-    imported Ray but is not connected re-reads it through Ray's own reset (what Ray's tests use)."""
+    """Authenticate with a token from now on (or stop)."""
     os.environ["RAY_AUTH_MODE"] = "token" if token else "disabled"
+    _reread_auth_env()
+
+
+def _reread_auth_env() -> None:
+    """Ray reads RAY_AUTH_* when it is imported; a process that imported Ray but is not connected re-reads them
+    through Ray's own reset (what Ray's tests use)."""
     if "ray._raylet" not in sys.modules:
         return
     import ray
@@ -157,10 +162,9 @@ def _switch_auth_mode(*, token: bool) -> None:
         AuthenticationTokenLoader.instance().reset_cache()
         Config.initialize("")
     except (ImportError, AttributeError) as e:  # a Ray without the reset
-        mode = os.environ["RAY_AUTH_MODE"]
+        mode = os.environ.get("RAY_AUTH_MODE", "disabled")
         raise ConnectError(
-            f"The Ray head {'requires' if token else 'does not use'} token authentication, and Ray was imported in "
-            "this kernel with the other mode.",
+            f"This cluster needs Ray's authentication mode '{mode}', and Ray was imported in this kernel with another.",
             saw=f"Ray reads RAY_AUTH_MODE only at import, and this Ray cannot re-read it ({e})",
             fix=f"restart the kernel and run `%env RAY_AUTH_MODE={mode}` before anything imports ray "
             f"(or export RAY_AUTH_MODE={mode} before starting Jupyter).",
@@ -195,9 +199,7 @@ def forget_token() -> None:
         else:
             os.environ[k] = v
     _auth_env_before = None
-    wants_token = os.environ.get("RAY_AUTH_MODE", "disabled").lower() == "token"
-    if wants_token != _process_uses_token_auth():
-        _switch_auth_mode(token=wants_token)
+    _reread_auth_env()
 
 
 def check_versions(server_ray: str, server_python: str, *, where: str = "the cluster") -> None:

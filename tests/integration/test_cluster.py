@@ -160,12 +160,12 @@ def test_token_auth_head_is_detected_instead_of_hanging(tmp_path: Path) -> None:
             results[case] = json.loads(line[0][7:])
         out = results["fresh"]
         assert "requires token authentication" in out["no_token"] and "~/.ray/auth_token" in out["no_token"]
-        assert out["no_token_s"] < 20  # not the 30 s hang
+        assert out["no_token_s"] < 29  # the hang alone takes 30 s: any hang crosses this, however loaded the machine
         assert out["mode"] == "token" and out["cpus"] == 1.0  # connected, in token mode
         late = results["imported-first"]
         # Ray was imported before the token existed: raynb switches it with Ray's own reset and connects
         assert late["late"] == "connected" and late["late_cpus"] == 1.0, late
-        assert late["late_s"] < 20  # not the 30 s hang
+        assert late["late_s"] < 29  # likewise
     finally:
         _stop_head_at(temp)
 
