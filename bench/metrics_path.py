@@ -174,7 +174,7 @@ def main() -> None:
 
     # 2. latency worker -> notebook at a steady 20 reports/s (sink up first, as in a run: Train takes longer to start)
     sink = metrics.sink_actor()
-    ray.get(sink.drain.remote(0, 0, 0.0))
+    ray.get(sink.read.remote(0, 0, 0.0))
     stream = metrics.MetricStream(sink).start()
     n = ray.get(w.steady.remote(sink, 10.0, 20.0))
     stream.stop()
@@ -194,7 +194,7 @@ def main() -> None:
     from raynb.display import LiveView
 
     sink = metrics.sink_actor()
-    ray.get(sink.drain.remote(0, 0, 0.0))
+    ray.get(sink.read.remote(0, 0, 0.0))
     stream = metrics.MetricStream(sink).start()
     fake_run = SimpleNamespace(
         name="scale",

@@ -2,7 +2,8 @@
 
 ``%load_ext raynb`` gives ``%raycluster`` and ``%%raytrain``; each has a plain-Python twin:
 ``raynb.up(local=True)`` (or ``raynb.up(values="manifests/values.env")`` for the DLC RayCluster on Kubernetes),
-``raynb.train(fn, workers=2)``, ``raynb.report(loss=...)``, ``raynb.doctor()``, ``raynb.clusters()``, ``raynb.down()``.
+``raynb.train(fn, workers=2)``, ``raynb.report(loss=...)``, ``raynb.doctor()``, ``raynb.clusters()``, ``raynb.down()``;
+runs on the cluster: ``raynb.runs()``, ``raynb.attach(name)``, ``raynb.stop_run(name)``, ``raynb.remove_run(name)``.
 
 Everything in ``__all__`` is the public API; modules with a leading underscore are the implementation. Heavy parts
 (IPython, pandas, plotly, Ray Train) load on first use, so workers import raynb cheaply.
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from ._probe import ProbeResult, bench
     from ._run import Run
     from ._run_error import RunError
+    from ._runs import RunList, attach, remove_run, runs, stop_run
     from ._settings import Settings
     from ._train import train
 
@@ -53,6 +55,11 @@ __all__ = [
     "train",
     "report",
     "Run",
+    "runs",
+    "attach",
+    "stop_run",
+    "remove_run",
+    "RunList",
     "RunError",
     "Settings",
     "TCP_ENV",
@@ -91,6 +98,11 @@ _LAZY = {
     "train": "_train",
     "Run": "_run",
     "RunError": "_run_error",
+    "runs": "_runs",
+    "attach": "_runs",
+    "stop_run": "_runs",
+    "remove_run": "_runs",
+    "RunList": "_runs",
     "Settings": "_settings",
     "doctor": "_doctor",
     "Checklist": "_checks",

@@ -74,3 +74,7 @@ class Backend(Protocol):
     def values_layer(self) -> dict[str, Any]:
         """Settings the cluster's values file sets (the 'values file' layer of settings resolution)."""
         ...
+
+    def run_leases_dir(self) -> str | None:
+        """Where a running run keeps the head up after its kernel is gone (None: the head does not stop by itself)."""
+        ...

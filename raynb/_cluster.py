@@ -14,7 +14,8 @@ from . import _embedded, _kubernetes, _session
 from . import _embedded_head as head_proc
 from ._current import at_exit as _at_exit
 from ._current import clear_current, current, resolve_settings, set_current
-from ._launcher import prewarm
+from ._launcher import drop_spare, prewarm
+from ._runs import active_runs
 from ._settings import Settings
 from ._worker_env import job_env
 from .errors import KubeError, NotConnectedError, UsageError, not_connected
@@ -186,15 +187,23 @@ class Cluster:
         """
         return self.backend.logs(which, tail)
 
-    def down(self, *, progress: Say | None = None) -> None:
+    def down(self, *, force: bool = False, progress: Say | None = None) -> None:
         """Disconnect and stop the cluster: the embedded head and every process it started, or the RayCluster and its
-        pods (waits until they are gone)."""
+        pods (waits until they are gone). Refused while runs go on there, unless ``force`` (they stop with it)."""
+        going = active_runs() if _session.is_connected() else []
+        if going and not force:
+            raise UsageError(
+                f"{len(going)} run(s) still going on this cluster: {', '.join(going)}.",
+                fix="stop them (`%raytrain stop NAME`), or `%raycluster down --force` to stop the cluster and them",
+            )
+        drop_spare()
         _session.disconnect()
         self.backend.down(progress or print)
         clear_current(self)
 
     def disconnect(self) -> None:
-        """Leave the cluster running; close this kernel's connection and port-forwards."""
+        """Leave the cluster running (and its runs); close this kernel's connection and port-forwards."""
+        drop_spare()
         _session.disconnect()
         self.backend.disconnect()
         clear_current(self)
@@ -207,7 +216,7 @@ class Cluster:
 
     def __exit__(self, *exc: object) -> None:
         if self.owned:
-            self.down()
+            self.down(force=True)
         else:
             self.disconnect()
 
@@ -228,8 +237,10 @@ def _make_current(c: Cluster) -> None:
 
 
 def _at_kernel_exit() -> None:
+    """Runs go on (they belong to the cluster); the warm spare, made for this kernel's next cell, goes."""
     c = current()
     try:
+        drop_spare()
         _session.disconnect()
     finally:
         if c is not None:
@@ -344,9 +355,11 @@ def down(
     namespace: str | None = None,
     context: str | None = None,
     kubeconfig: str | None = None,
+    force: bool = False,
     progress: Say | None = None,
 ) -> bool:
     """Stop the current cluster (or the embedded head if this kernel is not connected). True if one was stopped.
+    While runs go on there it is refused unless ``force``.
 
     ``down("ray-train-cluster", namespace="ray-train")`` deletes that RayCluster even when this kernel is not
     connected to it (e.g. after a restart); deleting one that is already gone is not an error.
@@ -355,12 +368,12 @@ def down(
     cur = current()
     if name is not None and name != "local":
         if cur is not None and cur.kind == "kubernetes" and cur.name == name:
-            cur.down(progress=say)
+            cur.down(force=force, progress=say)
             return True
         settings = resolve_settings({"kube_context": context, "kube_namespace": namespace})
         return _kubernetes.delete(name, settings, kubeconfig, say)
     if cur is not None:
-        cur.down(progress=say)
+        cur.down(force=force, progress=say)
         return True
     _session.disconnect()
     return head_proc.stop_head()

@@ -72,6 +72,9 @@ class EmbeddedBackend:
     def values_layer(self) -> dict[str, Any]:
         return {}
 
+    def run_leases_dir(self) -> str:
+        return head_proc.leases_dir()
+
 
 def up(settings: Settings, say: Say) -> EmbeddedBackend:
     """Start the embedded head, or reuse the one running for this user."""

@@ -176,6 +176,33 @@ def remove_owner(pid: int | None = None) -> None:
         (state_dir() / "owners" / str(pid or os.getpid())).unlink()
 
 
+def lease(leases_dir: str, key: str, seconds: float) -> None:
+    """Keep the head up for ``seconds`` more on behalf of ``key`` (a run): a run's launcher renews its lease while
+    the run goes, so a detached run outlives the kernel that started it. Called from the launcher actor."""
+    d = Path(leases_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    tmp = d / f".{key}.tmp"
+    tmp.write_text(str(time.time() + seconds))
+    tmp.replace(d / key)
+
+
+def _leases_active(d: Path) -> list[str]:
+    now, out = time.time(), []
+    for p in (d / "leases").glob("[!.]*"):
+        try:
+            if float(p.read_text()) > now:
+                out.append(p.name)
+            else:
+                p.unlink()
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def leases_dir() -> str:
+    return str(state_dir() / "leases")
+
+
 def find_head() -> LocalHead | None:
     """The recorded head if it is alive, else None (a stale record is cleared)."""
     d = state_dir()
@@ -264,6 +291,7 @@ def start_head(
         for stale in _owners(d):
             if not _pid_alive(stale):
                 remove_owner(stale)
+        shutil.rmtree(d / "leases", ignore_errors=True)  # a previous head's runs are gone with it
         # Ray keeps unix sockets under the temp dir: keep its path short (sun_path is 107 bytes).
         temp_dir = f"/tmp/raynb-{os.getuid()}-{os.urandom(3).hex()}"
         head = LocalHead(
@@ -372,6 +400,7 @@ def stop_head(head: LocalHead | None = None, timeout: float = 15.0) -> bool:
         _kill_all(processes_of(head))  # Ray starts some workers in sessions of their own
         for pid in _owners(d):
             remove_owner(pid)
+        shutil.rmtree(d / "leases", ignore_errors=True)
         shutil.rmtree(head.temp_dir, ignore_errors=True)
         return True
 
@@ -441,9 +470,9 @@ def _supervise(d: Path) -> int:
         alive = [p for p in _owners(d) if _pid_alive(p)]
         for p in set(_owners(d)) - set(alive):
             remove_owner(p)
-        ownerless = 0 if alive else ownerless + 1
+        ownerless = 0 if alive or _leases_active(d) else ownerless + 1
         if ownerless >= 2:
-            print("[raynb] no kernel uses the head any more: stopping it", flush=True)
+            print("[raynb] no kernel and no run uses the head any more: stopping it", flush=True)
             _cleanup_record(d)
             break
     signal.signal(signal.SIGTERM, signal.SIG_IGN)

@@ -105,9 +105,13 @@ class KubernetesBackend:
         efa = self.values.get("EFA_PER_NODE", "0") not in ("", "0")
         return efa, (self.values.get("GPUDIRECT_RDMA") == "true") if efa else None
 
+    def run_leases_dir(self) -> None:
+        return None  # a RayCluster stays until it is deleted
+
     def values_layer(self) -> dict[str, Any]:
         v = self.values
-        return {k: v[key] for k, key in (("strict_efa", "STRICT_EFA"), ("storage_path", "STORAGE_PATH")) if v.get(key)}
+        keys = (("strict_efa", "STRICT_EFA"), ("storage_path", "STORAGE_PATH"), ("max_failures", "MAX_FAILURES"))
+        return {k: v[key] for k, key in keys if v.get(key)}
 
 
 def _render(

@@ -3,22 +3,43 @@
 ``fit()`` runs inside the launcher (``num_cpus=0``), never on the kernel's main thread: Ray Train installs its own
 SIGINT handler there and an interrupt would end the cell with ``SystemExit``. Aborting is ``ray.kill(launcher)``,
 which takes the Train controller and the workers with it (they are owned by the launcher).
+
+Launcher and sink are detached actors: the run belongs to the cluster and outlives the kernel that started it
+(``_run_registry.py`` keeps their handles). A spare pair nobody claims within ``SPARE_TTL_S`` (its kernel went
+away) exits by itself, so a detached spare never lingers.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
 from . import _metrics, _session
+from ._detached import NAMESPACE, exit_unless_claimed
+from ._run_registry import registry
 from ._settings import Settings
 from ._worker_env import launcher_env
 
-__all__ = ["Launcher", "prewarm", "take_spare"]
+SPARE_TTL_S = 600.0
+#: how long a running run's lease on the embedded head lasts without renewal (renewed every third of it)
+_LEASE_S = 90.0
 
 
 class Launcher:
-    """Hosts ``TorchTrainer.fit()`` on the cluster; one per run."""
+    """Hosts ``TorchTrainer.fit()`` on the cluster; one per run. Threaded (``max_concurrency``), so ``alive`` and
+    ``claim`` answer while ``fit`` runs."""
+
+    def __init__(self, ttl_s: float = SPARE_TTL_S) -> None:
+        self._claimed = threading.Event()
+        exit_unless_claimed(self._claimed, ttl_s)
+
+    def claim(self) -> bool:
+        self._claimed.set()
+        return True
+
+    def alive(self) -> bool:
+        return True
 
     def warm(self) -> bool:
         """Import Ray Train ahead of time (seconds on small machines), so a run starts as fast as a bare fit()."""
@@ -28,7 +49,21 @@ class Launcher:
 
     def fit(self, payload: bytes, config: dict[str, Any], spec: dict[str, Any], sink: Any) -> dict[str, Any]:
         """``spec["trainer_kwargs"]``: ScalingConfig, RunConfig (worker env inside) and the user's other Ray Train
-        objects, merged in the notebook (``_trainer_config.py``)."""
+        objects, merged in the notebook (``_trainer_config.py``). The outcome goes to the run registry whether or
+        not a kernel is listening."""
+        import ray
+
+        lease = _Lease(spec.get("leases_dir"), spec["name"])
+        try:
+            outcome = self._fit(payload, config, spec, sink)
+        finally:
+            lease.end(spec.get("idle_after_s", 1800.0))
+        registry = spec.get("registry")
+        if registry is not None:
+            ray.get(registry.finished.remote(spec["name"], outcome))
+        return outcome
+
+    def _fit(self, payload: bytes, config: dict[str, Any], spec: dict[str, Any], sink: Any) -> dict[str, Any]:
         from ray.train.torch import TorchTrainer
 
         info = spec["worker_info"]
@@ -61,6 +96,32 @@ class Launcher:
         }
 
 
+class _Lease:
+    """Keeps the embedded head up while the run goes (renewed from a thread), and for a while after it ends, so a
+    kernel can come back and read it. Nothing to do on Kubernetes (``leases_dir`` None)."""
+
+    def __init__(self, leases_dir: str | None, name: str) -> None:
+        self.dir, self.name, self._stop = leases_dir, name, threading.Event()
+        if leases_dir is None:
+            return
+        from ._embedded_head import lease
+
+        lease(leases_dir, name, _LEASE_S)
+
+        def renew() -> None:
+            while not self._stop.wait(_LEASE_S / 3):
+                lease(leases_dir, name, _LEASE_S)
+
+        threading.Thread(target=renew, name="raynb-lease", daemon=True).start()
+
+    def end(self, idle_after_s: float) -> None:
+        self._stop.set()
+        if self.dir is not None:
+            from ._embedded_head import lease
+
+            lease(self.dir, self.name, idle_after_s)
+
+
 #: (launcher, sink, connection generation, launcher env) of the spare pair, if one is warm.
 _spare: tuple[Any, Any, int, tuple[tuple[str, str], ...]] | None = None
 
@@ -73,27 +134,54 @@ def _new_pair(settings: Settings) -> tuple[Any, Any]:
     import ray
 
     env = launcher_env(settings.health_check_interval_s)
-    launcher = ray.remote(num_cpus=0)(Launcher).options(runtime_env={"env_vars": env}).remote()
+    cls = ray.remote(num_cpus=0, max_concurrency=4)(Launcher)
+    launcher = cls.options(runtime_env={"env_vars": env}, lifetime="detached", namespace=NAMESPACE).remote()
     launcher.warm.remote()
-    return launcher, _metrics.sink_actor()
+    return launcher, _metrics.sink_actor(ttl_s=SPARE_TTL_S)
 
 
 def prewarm(settings: Settings | None = None) -> None:
-    """Start a launcher (with Ray Train imported) and a sink for the next run, in the background."""
+    """Start a launcher (with Ray Train imported) and a sink for the next run, in the background; and the cluster's
+    run registry, if this is its first run."""
     import ray
 
     global _spare
     settings = settings or Settings()
     if not ray.is_initialized() or (_spare is not None and _spare[2] == _session.generation()):
         return
+    registry()
     launcher, sink = _new_pair(settings)
     _spare = (launcher, sink, _session.generation(), _env_key(settings))
 
 
 def take_spare(settings: Settings) -> tuple[Any, Any]:
-    """The warm launcher and sink if they belong to this connection and these settings, else new ones."""
+    """The warm launcher and sink if they belong to this connection and these settings, else new ones; claimed, so
+    neither exits as an unclaimed spare would."""
+    import ray
+
     global _spare
     spare, _spare = _spare, None
     if spare is not None and spare[2] == _session.generation() and spare[3] == _env_key(settings):
-        return spare[0], spare[1]
-    return _new_pair(settings)
+        pair = spare[0], spare[1]
+        try:
+            ray.get([pair[0].claim.remote(), pair[1].claim.remote()], timeout=30)
+            return pair
+        except Exception:  # noqa: BLE001 - it expired (idle longer than SPARE_TTL_S) or died: start a new pair
+            pass
+    pair = _new_pair(settings)
+    ray.get([pair[0].claim.remote(), pair[1].claim.remote()], timeout=120)
+    return pair
+
+
+def drop_spare() -> None:
+    """Kill the warm spare pair (at kernel exit: detached actors do not go with the connection)."""
+    import ray
+
+    global _spare
+    spare, _spare = _spare, None
+    if spare is not None and ray.is_initialized():
+        for actor in spare[:2]:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # noqa: BLE001
+                pass

@@ -47,6 +47,11 @@ def train_parser() -> _Parser:
     p.add_argument("--name", help="run name")
     p.add_argument("--out", metavar="VAR", help="store the Run in this notebook variable")
     p.add_argument(
+        "--background",
+        action="store_true",
+        help="return at once; the run goes on (its view keeps updating) while other cells run",
+    )
+    p.add_argument(
         "--no-name-check",
         action="store_true",
         help="skip the check that every name the cell reads is defined (for names only the workers have)",
@@ -60,7 +65,29 @@ def train_parser() -> _Parser:
     )
     add_flag(p, "nccl")
     add_flag(p, "strict_efa")
+    add_flag(p, "max_failures")
     return p
+
+
+def runs_parser() -> _Parser:
+    """``%raytrain ls | attach NAME | stop NAME | rm NAME``: the runs on the connected cluster."""
+    p = _Parser(prog="%raytrain", add_help=True, description="The runs on the connected cluster.")
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+    sub.add_parser("ls", help="the runs on the cluster: name, status, step, workers, started, last report, by whom")
+    at = sub.add_parser("attach", help="follow a run from this kernel: its curve so far, then live")
+    at.add_argument("name")
+    at.add_argument("--out", metavar="VAR", help="store the Run in this notebook variable")
+    at.add_argument("--wait", action="store_true", help="block until the run ends (an interrupt stops the waiting)")
+    for cmd, what in (("stop", "stop a running run (its workers with it)"), ("rm", "remove a finished run")):
+        sub.add_parser(cmd, help=what).add_argument("name")
+    return p
+
+
+def parse_runs_line(line: str) -> argparse.Namespace:
+    args = runs_parser().parse_args(_split(line, "%raytrain"))
+    if getattr(args, "out", None) is not None and not args.out.isidentifier():
+        raise UsageError(f"%raytrain: --out needs a variable name, not {args.out!r}", fix="e.g. --out run")
+    return args
 
 
 def cluster_parser() -> _Parser:
@@ -88,6 +115,7 @@ def cluster_parser() -> _Parser:
     k.add_argument("--no-connect", action="store_true", help="create and wait, but do not connect this kernel")
     dn = sub.add_parser("down", help="stop the cluster and everything it started")
     dn.add_argument("name", nargs="?", help="a RayCluster to delete (default: this kernel's cluster)")
+    dn.add_argument("--force", action="store_true", help="also when runs are going on there (they stop)")
     add_flag(dn, "kube_namespace")
     add_flag(dn, "kube_context")
     sub.add_parser("status", help="nodes, CPUs, GPUs, pods, dashboard link")

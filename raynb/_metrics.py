@@ -2,7 +2,8 @@
 
 Worker side, :func:`report` appends a record to an in-process queue (microseconds, never a Ray call, never a CUDA
 sync: tensors are converted later) and a flusher thread ships batches with fire-and-forget ``push.remote``. The sink
-is an async actor with ``num_cpus=0``. The notebook long-polls ``drain`` from a background thread. This module must
+is an async, detached actor with ``num_cpus=0`` that keeps the run's whole history. The notebook long-polls ``read``
+from a background thread (from the start when it attaches later). This module must
 stay importable on workers: it imports nothing heavier than Ray.
 """
 
@@ -10,10 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
+import json
+import os
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
+
+from ._detached import NAMESPACE, exit_unless_claimed, on_head
 
 __all__ = ["report", "Reporter", "MetricsSink", "MetricStream", "current_reporter"]
 
@@ -131,45 +138,125 @@ class Reporter:
 
 
 class MetricsSink:
-    """Async actor holding a run's records and events until the notebook drains them."""
+    """Async actor holding a run's whole history -- every record and event -- for the kernel that started the run and
+    any kernel that attaches later. The newest ``mem_records`` records stay in memory; older ones are spilled to a
+    JSON-lines file beside the actor, so a day-long run neither grows the actor without bound nor loses a record."""
 
-    def __init__(self) -> None:
+    SPILL_INDEX_EVERY = 1024
+
+    def __init__(self, mem_records: int = 200_000, ttl_s: float | None = None) -> None:
         self._records: list[dict[str, Any]] = []
+        self._base = 0  # absolute index of self._records[0]; records before it are in the spill file
         self._events: list[dict[str, Any]] = []
-        self._base = 0  # records before this index were drained and dropped
         self._new = asyncio.Event()
+        self._mem = max(mem_records, 2)
+        self._spill: str | None = None
+        self._offsets: list[int] = []  # byte offset of record k * SPILL_INDEX_EVERY in the spill file
+        self._step = 0
+        self._attempt = 0  # Ray Train starts the worker group again after a failure (max_failures): one more
+        self._last_report: float | None = None
+        self._ranks: set[int] = set()
+        self._claimed = threading.Event()
+        if ttl_s is not None:
+            exit_unless_claimed(self._claimed, ttl_s)
+
+    async def claim(self) -> bool:
+        self._claimed.set()
+        return True
 
     async def push(self, records: list[dict[str, Any]]) -> None:
+        for r in records:
+            r.setdefault("attempt", max(self._attempt, 1))
         self._records.extend(records)
+        for r in records:
+            self._step = max(self._step, int(r.get("step") or 0))
+            self._ranks.add(int(r.get("rank") or 0))
+        if records:
+            self._last_report = records[-1].get("time")
+        if len(self._records) > self._mem:
+            self._spill_oldest(len(self._records) - self._mem // 2)
         self._new.set()
 
     async def event(self, event: dict[str, Any]) -> None:
         event.setdefault("time", time.time())
+        if event.get("kind") == "worker_started" and event.get("rank") == 0:
+            self._attempt += 1
+        event.setdefault("attempt", max(self._attempt, 1))
         self._events.append(event)
         self._new.set()
 
-    async def drain(self, cursor: int, event_cursor: int, timeout: float = 0.5) -> tuple[int, list[dict], list[dict]]:
-        """Records after ``cursor`` and events after ``event_cursor``; waits up to ``timeout`` for something new."""
-        if cursor >= self._base + len(self._records) and event_cursor >= len(self._events):
+    async def summary(self) -> dict[str, Any]:
+        return {
+            "step": self._step,
+            "last_report": self._last_report,
+            "records": self._base + len(self._records),
+            "ranks": len(self._ranks),
+            "attempt": max(self._attempt, 1),
+        }
+
+    async def read(
+        self, cursor: int, event_cursor: int, timeout: float = 0.5, limit: int = 100_000
+    ) -> tuple[int, list[dict], list[dict]]:
+        """Up to ``limit`` records from ``cursor`` on, and the events after ``event_cursor``; waits up to ``timeout``
+        for something new. Returns the cursor to ask from next time."""
+        total = self._base + len(self._records)
+        if cursor >= total and event_cursor >= len(self._events):
             self._new.clear()
             try:
                 await asyncio.wait_for(self._new.wait(), timeout)
             except asyncio.TimeoutError:
                 pass
-        # the caller has everything before `cursor`: drop it so a long run does not grow the actor
-        if cursor > self._base:
-            del self._records[: cursor - self._base]
-            self._base = cursor
-        recs = self._records[cursor - self._base :]
-        return self._base + len(self._records), recs, self._events[event_cursor:]
+        recs: list[dict[str, Any]] = []
+        if cursor < self._base:
+            recs = self._read_spilled(cursor, min(limit, self._base - cursor))
+        if len(recs) < limit and cursor + len(recs) >= self._base:
+            start = cursor + len(recs) - self._base
+            recs += self._records[start : start + limit - len(recs)]
+        return cursor + len(recs), recs, self._events[event_cursor:]
+
+    async def discard(self) -> None:
+        """Delete the spill file (before the actor is killed for good)."""
+        if self._spill:
+            with contextlib.suppress(OSError):
+                os.unlink(self._spill)
+
+    def _spill_oldest(self, n: int) -> None:
+        if self._spill is None:
+            d = os.path.join(tempfile.gettempdir(), "raynb-runs")
+            os.makedirs(d, exist_ok=True)
+            self._spill = os.path.join(d, f"records-{os.getpid()}-{id(self):x}.jsonl")
+        with open(self._spill, "ab") as f:
+            for i, rec in enumerate(self._records[:n]):
+                if (self._base + i) % self.SPILL_INDEX_EVERY == 0:
+                    self._offsets.append(f.tell())
+                f.write(json.dumps(rec, default=repr).encode() + b"\n")
+        del self._records[:n]
+        self._base += n
+
+    def _read_spilled(self, cursor: int, n: int) -> list[dict[str, Any]]:
+        assert self._spill is not None
+        k = cursor // self.SPILL_INDEX_EVERY
+        out: list[dict[str, Any]] = []
+        with open(self._spill, "rb") as f:
+            f.seek(self._offsets[k])
+            skip = cursor - k * self.SPILL_INDEX_EVERY
+            for line in f:
+                if skip:
+                    skip -= 1
+                    continue
+                out.append(json.loads(line))
+                if len(out) >= n:
+                    break
+        return out
 
 
-def sink_actor(name: str | None = None) -> Any:
-    """Create a sink actor for one run (0 CPUs, so it never competes with training for a slot)."""
+def sink_actor(ttl_s: float | None = None) -> Any:
+    """Create a detached sink actor for one run (0 CPUs, so it never competes with training for a slot; on the head
+    node, so the run's history survives the loss of a worker node). ``ttl_s``: exit unless claimed by then."""
     import ray
 
     cls = ray.remote(num_cpus=0, max_concurrency=64)(MetricsSink)
-    return cls.options(name=name, lifetime=None).remote() if name else cls.remote()
+    return cls.options(lifetime="detached", namespace=NAMESPACE, resources=on_head()).remote(ttl_s=ttl_s)
 
 
 class MetricStream:
@@ -206,7 +293,7 @@ class MetricStream:
         import ray
 
         cursor, recs, evs = ray.get(
-            self.sink.drain.remote(self._cursor, len(self.events), self.poll_timeout if timeout is None else timeout)
+            self.sink.read.remote(self._cursor, len(self.events), self.poll_timeout if timeout is None else timeout)
         )
         now = time.time()
         self._cursor = cursor

@@ -1,28 +1,36 @@
 """A training run as the notebook sees it: its spec, status, metrics, NCCL summaries and error.
 
-The run's ``fit()`` happens in a launcher actor (``_launcher.py``); the kernel only waits -- on an event, so an
-interrupt lands at once -- and aborting kills the launcher. Starting runs is ``_train.py``'s job.
+The run's ``fit()`` happens in a detached launcher actor (``_launcher.py``) listed in the cluster's run registry
+(``_run_registry.py``): the run belongs to the cluster, and this object follows it -- from the kernel that started
+it, or from any kernel that attaches later. The kernel only waits -- on an event, so an interrupt lands at once --
+and stopping kills the launcher. Starting runs is ``_train.py``'s job; finding them again is ``_runs.py``'s.
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import getpass
 import signal
+import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from . import _metrics
 from ._launcher import prewarm, take_spare
 from ._run_error import RunError, assemble_error, nccl_hint
+from ._run_registry import registry
 from ._settings import Settings
-from .errors import RunAborted, TrainingFailedError
+from .errors import ConnectError, RunAborted, TrainingFailedError, UsageError
 
 __all__ = ["Run", "RunSpec", "RunStatus", "active_run", "set_active", "TERMINAL"]
 
-RunStatus = Literal["pending", "starting", "running", "succeeded", "failed", "aborted"]
-TERMINAL: tuple[RunStatus, ...] = ("succeeded", "failed", "aborted")
+RunStatus = Literal["pending", "starting", "running", "succeeded", "failed", "aborted", "detached"]
+#: the kernel follows the run no more: it ended, or ("detached") the connection was lost while it goes on
+TERMINAL: tuple[RunStatus, ...] = ("succeeded", "failed", "aborted", "detached")
 _active: Run | None = None
 
 
@@ -54,6 +62,14 @@ class RunSpec:
     user_env: dict[str, str] | None = None
     #: TorchTrainer's keyword arguments (ScalingConfig, RunConfig, ...), merged in the notebook
     trainer_kwargs: dict[str, Any] = field(default_factory=dict)
+    #: where the run's launcher renews its lease on the embedded head (None on Kubernetes)
+    leases_dir: str | None = None
+    #: restarts allowed after a worker fails (Ray Train's FailureConfig)
+    max_failures: int = 0
+
+    def summary(self) -> dict[str, Any]:
+        """What a kernel that attaches later needs (Ray's objects stay behind: datasets can be large)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "trainer_kwargs"}
 
 
 class Run:
@@ -71,8 +87,12 @@ class Run:
         self.stream: _metrics.MetricStream | None = None
         self._launcher: Any = None
         self._sink: Any = None
+        self._registry: Any = None
         self._fit_ref: Any = None
-        self._done = threading.Event()
+        self._done = threading.Event()  # the run ended on the cluster (or the kernel lost it)
+        self._ended = threading.Event()  # ... and this object has its final state
+        self._lost_connection = False
+        self.aborted_at_step: int | None = None
         self._fit_outcome: dict[str, Any] | None = None
         self._fit_exc: BaseException | None = None
         self._payload = b""
@@ -110,6 +130,11 @@ class Run:
         return out
 
     @property
+    def attempt(self) -> int:
+        """1 for the first try; each restart after a worker failure (``max_failures``) counts one more."""
+        return max((int(r.get("attempt", 1)) for r in self.records), default=1)
+
+    @property
     def step(self) -> int:
         recs = self.records
         return max((r.get("step", 0) for r in recs), default=0) if recs else 0
@@ -145,6 +170,30 @@ class Run:
             return "running"
         return "starting workers"
 
+    def done(self) -> bool:
+        """True once the run has ended (or this kernel lost it: status ``detached``)."""
+        return self._ended.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the run ends; True if it has, False if ``timeout`` seconds passed first. An interrupt stops
+        only the waiting: a background run goes on (``run.stop()`` stops it)."""
+        return self._ended.wait(timeout)
+
+    def stop(self) -> None:
+        """Stop the run on the cluster (its workers with it), from any kernel."""
+        if self.status in TERMINAL:
+            return
+        self.abort()
+
+    def __await__(self) -> Generator[Any, None, Run]:
+        """``await run`` in async code: waits in a thread, so the event loop goes on."""
+
+        async def ended() -> Run:
+            await asyncio.get_running_loop().run_in_executor(None, self._ended.wait)
+            return self
+
+        return ended().__await__()
+
     def raise_for_status(self) -> Run:
         """Raise :class:`TrainingFailedError` / :class:`RunAborted` unless the run succeeded."""
         if self.status == "failed":
@@ -159,6 +208,13 @@ class Run:
             )
         if self.status == "aborted":
             raise RunAborted(f"Run {self.name} aborted at step {self.step}; its workers were stopped.", run=self)
+        if self.status == "detached":
+            raise ConnectError(
+                f"This kernel lost its connection to the cluster at step {self.step} of run {self.name}; the run "
+                "goes on there.",
+                fix=f"reconnect (`%raycluster up` with the same values reuses the cluster), then `%raytrain attach "
+                f"{self.name}`.",
+            )
         return self
 
     def __repr__(self) -> str:
@@ -191,11 +247,26 @@ class Run:
 
     # --- lifecycle ----------------------------------------------------------------------------------------------
     def _start(self, payload: bytes) -> None:
+        import ray
+
         self._payload = payload
         self.started_at = time.time()
         self.status = "starting"
+        self._registry = registry()
         self._launcher, self._sink = take_spare(self.settings)
+        info = {"spec": self.spec.summary(), "user": f"{getpass.getuser()}@{socket.gethostname()}"}
+        taken = ray.get(self._registry.register.remote(self.name, info, self._launcher, self._sink))
+        if taken is not None:  # another kernel took the name a moment ago
+            for actor in (self._launcher, self._sink):
+                ray.kill(actor, no_restart=True)
+            raise UsageError(
+                f"A run named {self.name!r} was just started by {taken.get('user')}.", fix="give another name"
+            )
         spec = {
+            "name": self.name,
+            "registry": self._registry,
+            "leases_dir": self.spec.leases_dir,
+            "idle_after_s": self.settings.local_idle_after_run_s,
             "trainer_kwargs": self.spec.trainer_kwargs,
             "worker_info": {
                 "cwd": self.spec.cwd,
@@ -208,13 +279,33 @@ class Run:
         self.stream = _metrics.MetricStream(self._sink).start()
         threading.Thread(target=self._watch_fit, name="raynb-fit-watch", daemon=True).start()
 
+    @classmethod
+    def _attached(cls, info: dict[str, Any], launcher: Any, sink: Any, settings: Settings, reg: Any) -> Run:
+        """Follow a run found in the cluster's registry: its history replays from the first record, then live."""
+        run = cls(RunSpec(**info["spec"]), settings)
+        run.started_at, run.status = info["started"], "running"
+        run._launcher, run._sink, run._registry = launcher, sink, reg
+        run.stream = _metrics.MetricStream(sink).start()
+        threading.Thread(target=run._watch_fit, name="raynb-fit-watch", daemon=True).start()
+        return run
+
     def _watch_fit(self) -> None:
         import ray
 
         try:
-            self._fit_outcome = ray.get(self._fit_ref)
-        except BaseException as e:  # noqa: BLE001 - launcher killed (abort) or the client went away
+            if self._fit_ref is not None:
+                self._fit_outcome = ray.get(self._fit_ref)
+            else:  # attached: the registry says when the run ends
+                while (info := ray.get(self._registry.wait.remote(self.name, 10.0))) is None:
+                    pass
+                self._fit_outcome = info.get("outcome") or {"status": info["status"]}
+                self.ended_at = info.get("ended")
+        except BaseException as e:  # noqa: BLE001 - launcher killed (stop) or the client went away
             self._fit_exc = e
+            try:
+                ray.get(self._registry.get.remote(self.name), timeout=10)
+            except BaseException:  # noqa: BLE001 - the cluster does not answer: the run may well go on
+                self._lost_connection = True
         finally:
             self._done.set()
 
@@ -252,14 +343,17 @@ class Run:
             self.first_step_at = time.time()
 
     def _finish(self) -> None:
-        import ray
-
         if self.stream:
-            self.stream.stop(final_drain=True)
+            self.stream.stop(final_drain=not self._lost_connection)
         self._note_progress()
-        self.ended_at = time.time()
+        self.ended_at = self.ended_at or time.time()
         out = self._fit_outcome
-        if out is None or out["status"] == "failed":
+        if self._lost_connection:
+            self.status = "detached"
+        elif out is not None and out["status"] == "aborted":  # stopped from another kernel
+            self.status = "aborted"
+            self.aborted_at_step = self.step
+        elif out is None or out["status"] == "failed":
             self.status = "failed"
             self.error = assemble_error(
                 out,
@@ -273,35 +367,29 @@ class Run:
         else:
             self.status = "succeeded"
         self.result = out
-        for actor in (self._launcher, self._sink):
-            try:
-                ray.kill(actor, no_restart=True)
-            except Exception:  # noqa: BLE001 - already gone
-                pass
+        # The launcher and sink belong to the cluster: the registry ends the launcher, the sink keeps the history.
         prewarm(self.settings)  # the next cell finds a warm launcher
+        self._ended.set()
 
     def abort(self, timeout: float = 5.0) -> None:
-        """Stop the run now: kill the launcher, which takes the Train controller and workers with it."""
+        """Stop the run now: the registry kills the launcher, which takes the Train controller and workers with it."""
         import ray
 
         if self.status in TERMINAL:
             return
         step = self.step
-        for actor in (self._launcher,):
-            if actor is not None:
-                try:
-                    ray.kill(actor, no_restart=True)
-                except Exception:  # noqa: BLE001
-                    pass
+        try:
+            ray.get(self._registry.stop.remote(self.name, step), timeout=10)
+        except Exception:  # noqa: BLE001 - the registry does not answer: kill the launcher from here
+            try:
+                ray.kill(self._launcher, no_restart=True)
+            except Exception:  # noqa: BLE001
+                pass
         self._done.wait(timeout)
         if self.stream:
             self.stream.stop(final_drain=True)
-        if self._sink is not None:
-            try:
-                ray.kill(self._sink, no_restart=True)
-            except Exception:  # noqa: BLE001
-                pass
         self.ended_at = time.time()
         self.status = "aborted"
         self.aborted_at_step = max(step, self.step)
         prewarm(self.settings)
+        self._ended.set()

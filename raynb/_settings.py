@@ -62,6 +62,11 @@ class Settings:
         "or connect to it",
         "--no-auth",
     )
+    local_idle_after_run_s: float = option(
+        1800.0,
+        "seconds the embedded head stays up after a run ends when no kernel uses it (so a kernel can come back and "
+        "read the run)",
+    )
     start_timeout_s: float = option(120.0, "seconds `up --local` waits for the embedded head")
     connect_timeout_s: float = option(60.0, "seconds Ray Client connects may retry")
     health_check_interval_s: float = option(
@@ -74,6 +79,11 @@ class Settings:
     nccl: NcclMode = option("summary", "NCCL logging: summary (parsed badges), full (raw lines) or off", "--nccl")
     strict_efa: bool = option(
         False, "fail a run whose NCCL fell back to sockets while EFA was expected", "--strict-efa"
+    )
+    max_failures: int = option(
+        0,
+        "restarts after a worker fails (Ray Train's FailureConfig); the cell resumes with ray.train.get_checkpoint()",
+        "--max-failures",
     )
     storage_path: str | None = option(None, "where Ray Train keeps run state and checkpoints (default ~/ray_results)")
     kube_context: str | None = option(None, "kubeconfig context (default: the current one)", "--context")

@@ -9,19 +9,24 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._cell import modules_beside, serialize
 from ._current import current, resolve_settings
 from ._run import Run, RunSpec, set_active
+from ._run_registry import free_name
 from ._settings import Settings
 from ._trainer_config import shape_of, trainer_kwargs, user_run_name
 from ._worker_env import worker_env
 from .errors import InsufficientResourcesError, UsageError, not_connected
 
-__all__ = ["train", "start_run", "check_resources", "default_run_name"]
+if TYPE_CHECKING:
+    from .display import LiveView
+
+__all__ = ["train", "start_run", "follow", "check_resources", "default_run_name"]
 
 
 def default_run_name() -> str:
@@ -121,10 +126,11 @@ def _start_payload(
         raise UsageError(
             f"The run name is given twice: {name!r} and RunConfig.name {user_name!r}.", fix="give the name once"
         )
-    name = name or user_name or default_run_name()
+    name = free_name(name or user_name or default_run_name(), given=bool(name or user_name))
     user_env = {**(worker_env_extra or {}), **(env or {})}
     cl = current()
     expect_efa, gdr_expected = cl.backend.efa_expected() if cl is not None else (False, None)
+    leases_dir = cl.backend.run_leases_dir() if cl is not None else None
     env_vars = worker_env(settings.nccl, name, strict_efa=settings.strict_efa, user_env=user_env)
     kwargs = trainer_kwargs(
         name=name,
@@ -133,6 +139,7 @@ def _start_payload(
         cpus_per_worker=settings.cpus_per_worker,
         worker_env=env_vars,
         storage_path=settings.storage_path,
+        max_failures=settings.max_failures,
         **ray_objects,
     )
     spec = RunSpec(
@@ -150,6 +157,8 @@ def _start_payload(
         expect_efa=expect_efa,
         gdr_expected=gdr_expected,
         trainer_kwargs=kwargs,
+        leases_dir=leases_dir,
+        max_failures=kwargs["run_config"].failure_config.max_failures,
     )
     run = Run(spec, settings)
     run._rerun = lambda **changes: _rerun(run, payload, ray_objects, **changes)
@@ -190,23 +199,54 @@ def _rerun(
     )
 
 
+def follow(run: Run, display: bool | str | None, hz: float, *, wait: bool) -> LiveView | None:
+    """Show ``run`` live until it ends: here (``wait``; the caller draws the last picture with the view returned), or
+    from a background thread while the kernel runs other cells (a background run, an attached one). In a terminal a
+    background run prints one line rather than a line that moves under the user's typing."""
+    from .display import LiveView, frontend
+
+    mode = display if isinstance(display, str) else None
+    if not wait and display is not False and (mode or frontend()) == "text":
+        print(f"[{run.name}] goes on in the background: run.wait() waits for it, run.stop() stops it")
+        display = False
+    view = LiveView(run, mode=mode, hz=hz).start() if display is not False else None
+    if wait:
+        run._wait(on_tick=view.refresh if view else None)
+        return view
+
+    controls = None
+    if view is not None and view.mode == "html":
+        from .display.controls import RunControls
+
+        controls = RunControls(run.name, run.stop).show()
+
+    def in_background() -> None:
+        run._wait(on_tick=view.refresh if view else None)
+        if controls is not None:
+            controls.close()
+        if view is not None:
+            view.finish()
+
+    threading.Thread(target=in_background, name=f"raynb-follow-{run.name}", daemon=True).start()
+    return view
+
+
 def _run_payload(
     payload: bytes,
     settings: Settings,
     *,
     display: bool | str | None = None,
     raise_on_failure: bool = False,
+    wait: bool = True,
     **kw: Any,
 ) -> Run:
-    """Start a run and wait for it with a live view; an interrupt aborts it and raises RunAborted."""
-    from .display import LiveView
-
+    """Start a run and wait for it with a live view; an interrupt aborts it and raises RunAborted. ``wait=False``:
+    return at once; the view goes on updating in the background."""
     run = _start_payload(payload, settings, **kw)
-    view = None
-    if display is not False:
-        view = LiveView(run, mode=display if isinstance(display, str) else None, hz=settings.refresh_hz).start()
-    run._wait(on_tick=view.refresh if view else None)
-    raises = run.status == "aborted" or (raise_on_failure and run.status == "failed")
+    view = follow(run, display, settings.refresh_hz, wait=wait)
+    if not wait:
+        return run
+    raises = run.status in ("aborted", "detached") or (raise_on_failure and run.status == "failed")
     if view is not None:
         view.finish(show_error=not raises)  # the raised error is the one place the cell shows it
     if raises:
@@ -225,6 +265,7 @@ def train(
     env: dict[str, str] | None = None,
     nccl: str | None = None,
     strict_efa: bool | None = None,
+    max_failures: int | None = None,
     display: bool | str | None = None,
     settings: Settings | None = None,
     cell_file: str | None = None,
@@ -236,6 +277,7 @@ def train(
     torch_config: Any = None,
     checkpoint_config: Any = None,
     raise_on_failure: bool = False,
+    wait: bool = True,
 ) -> Run:
     """Run ``fn(config)`` as Ray Train's ``train_loop_per_worker`` on ``workers`` workers and watch it live.
 
@@ -244,6 +286,10 @@ def train(
     decide the run's shape), ``run_config=``, ``torch_config=``, ``checkpoint_config=``. raynb adds its worker
     environment, Train's log level and the storage path where they leave them unset; a value given twice with
     different answers (``workers=4`` and ``ScalingConfig(num_workers=2)``) is an error naming both.
+
+    The run belongs to the cluster: it goes on if the kernel dies or the connection drops, and ``raynb.attach(name)``
+    follows it again from any kernel. ``wait=False`` returns the running :class:`Run` at once (its view keeps
+    updating while other cells run): ``run.wait()``, ``run.stop()``, ``run.done()``, ``await run``.
 
     Returns the :class:`Run` (``status``, ``metrics``, ``error``) once it has succeeded or failed; call
     ``run.raise_for_status()`` (or pass ``raise_on_failure=True``) to turn a failure into an exception. An interrupt (Ctrl-C, the notebook's stop
@@ -258,6 +304,7 @@ def train(
             "cpus_per_worker": cpus_per_worker,
             "nccl": nccl,
             "strict_efa": strict_efa,
+            "max_failures": max_failures,
         }
         settings = resolve_settings({**flags, **shape})
     elif shape:
@@ -284,4 +331,5 @@ def train(
         display=display,
         ray_objects=ray_objects,
         raise_on_failure=raise_on_failure,
+        wait=wait,
     )

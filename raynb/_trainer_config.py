@@ -76,6 +76,7 @@ def trainer_kwargs(
     datasets: Mapping[str, Any] | None = None,
     dataset_config: Any = None,
     train_log_level: str = "WARNING",
+    max_failures: int = 0,
 ) -> dict[str, Any]:
     """Keyword arguments for ``TorchTrainer(fn, **kwargs)``: the user's objects where given, raynb's defaults else."""
     from ray.train import FailureConfig, LoggingConfig, RunConfig, ScalingConfig
@@ -86,8 +87,18 @@ def trainer_kwargs(
             resources["GPU"] = 1
         scaling_config = ScalingConfig(num_workers=workers, use_gpu=gpu, resources_per_worker=resources)
     if run_config is None:
-        run_config = RunConfig(name=name, storage_path=storage_path, failure_config=FailureConfig(max_failures=0))
+        run_config = RunConfig(name=name, storage_path=storage_path)
     changes: dict[str, Any] = {}
+    theirs = run_config.failure_config
+    if theirs is None or theirs == FailureConfig():
+        changes["failure_config"] = FailureConfig(max_failures=max_failures)
+    elif max_failures and theirs.max_failures != max_failures:
+        raise _conflict(
+            "max_failures (--max-failures) and RunConfig.failure_config.max_failures",
+            max_failures,
+            theirs.max_failures,
+            "give it once",
+        )
     if user_run_name(run_config) is None:
         changes["name"] = name
     elif run_config.name != name:

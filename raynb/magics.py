@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from traitlets.config import Configurable
 
-from ._magic_args import parse_cluster_line, parse_train_line, split_datasets
+from ._magic_args import parse_cluster_line, parse_runs_line, parse_train_line, split_datasets
 from ._settings import Settings, config_traits, parse_assignments
 from .errors import KubeError, RunAborted, TrainingFailedError, UsageError, not_connected
 
@@ -93,7 +93,7 @@ class RayNBMagics(Magics):
             return C.up(local=True, settings=settings)
         if cmd == "down":
             where = self._settings({"kube_context": args.kube_context, "kube_namespace": args.kube_namespace})
-            stopped = C.down(args.name, namespace=where.kube_namespace, context=where.kube_context)
+            stopped = C.down(args.name, namespace=where.kube_namespace, context=where.kube_context, force=args.force)
             if args.name is None:
                 print("cluster stopped" if stopped else "no cluster was running")
             return None
@@ -143,9 +143,12 @@ class RayNBMagics(Magics):
         except Exception as e:  # noqa: BLE001
             raise UsageError(f"%%raytrain: {flag}{expr} failed: {type(e).__name__}: {e}") from None
 
-    @cell_magic
-    def raytrain(self, line: str, cell: str) -> None:
-        """%%raytrain [--workers N] [--gpu | --cpus-per-worker C] [--config EXPR] [--name RUN] [--out VAR]"""
+    @line_cell_magic
+    def raytrain(self, line: str, cell: str | None = None) -> Any:
+        """%%raytrain [--workers N] [--gpu | --cpus-per-worker C] [--config EXPR] [--name RUN] [--out VAR]
+        [--background]; as a line: %raytrain ls | attach NAME [--out VAR] | stop NAME | rm NAME"""
+        if cell is None:
+            return self._runs(line)
         from ._cell import compile_cell
         from ._train import train
 
@@ -164,6 +167,7 @@ class RayNBMagics(Magics):
                 "cpus_per_worker": args.cpus_per_worker,
                 "nccl": args.nccl,
                 "strict_efa": args.strict_efa,
+                "max_failures": args.max_failures,
             }
         )
         full_cell = f"%%raytrain {line}\n{cell}"
@@ -180,6 +184,7 @@ class RayNBMagics(Magics):
                 cell_source=full_cell,
                 datasets=datasets or None,
                 raise_on_failure=True,
+                wait=not args.background,
             )
         except (RunAborted, TrainingFailedError) as e:
             if args.out:
@@ -187,6 +192,21 @@ class RayNBMagics(Magics):
             raise
         if args.out:
             self.ip.user_ns[args.out] = run
+        return None
+
+    def _runs(self, line: str) -> Any:
+        from . import _runs
+
+        args = parse_runs_line(line)
+        if args.cmd == "ls":
+            return _runs.runs()
+        if args.cmd == "attach":
+            run = _runs.attach(args.name, wait=args.wait)
+            if args.out:
+                self.ip.user_ns[args.out] = run
+            return None
+        print(_runs.stop_run(args.name) if args.cmd == "stop" else _runs.remove_run(args.name))
+        return None
 
 
 class _Link:

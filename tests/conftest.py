@@ -11,6 +11,9 @@ import pytest
 _HOME = Path(tempfile.mkdtemp(prefix="raynb-tests-"))
 os.environ.setdefault("RAYNB_HOME", str(_HOME))
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# A finished run keeps an embedded head up for 30 min by default (so a kernel can come back to it); in tests, heads
+# go as soon as no kernel and no running run uses them, or a suite would pile them up. Tests of the delay set it.
+os.environ.setdefault("RAYNB_LOCAL_IDLE_AFTER_RUN_S", "0")
 
 ARTIFACTS = Path(os.environ.get("RAYNB_TEST_ARTIFACTS", Path(__file__).resolve().parent.parent / "test-artifacts"))
 

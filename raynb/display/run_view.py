@@ -22,6 +22,7 @@ _PHASE_COLORS = {
     "failed": "#dc3545",
     "aborted": "#fd7e14",
     "pending": "#6c757d",
+    "detached": "#6c757d",
 }
 
 
@@ -32,8 +33,13 @@ def _elapsed(seconds: float) -> str:
 
 def _status_text(run: ViewedRun) -> str:
     phase = run.phase
+    if run.attempt > 1:  # Ray Train restarted the workers after a failure (max_failures)
+        return f"{phase}, attempt {run.attempt} of {run.spec.max_failures + 1} (restarted after a worker failed)"
     if phase == "aborted":
-        return f"aborted at step {getattr(run, 'aborted_at_step', run.step)}"
+        at = getattr(run, "aborted_at_step", None)
+        return f"aborted at step {run.step if at is None else at}"
+    if phase == "detached":
+        return "connection lost: the run goes on on the cluster"
     return phase
 
 
@@ -93,7 +99,7 @@ def run_text(run: ViewedRun) -> str:
 def run_html(run: ViewedRun, *, nccl_html: str = "", show_error: bool = True) -> str:
     """The run as HTML; ``show_error=False`` where the cell raises the same error right below."""
     s = _summary(run)
-    finished = run.status in ("succeeded", "failed", "aborted")
+    finished = run.status in ("succeeded", "failed", "aborted", "detached")
     phase = run.phase
     color = _PHASE_COLORS.get(phase, "#6c757d")
     agg = s["agg"]

@@ -14,6 +14,9 @@ class RunShape(Protocol):
     @property
     def gpu(self) -> bool: ...
 
+    @property
+    def max_failures(self) -> int: ...
+
 
 class ViewedRun(Protocol):
     """The parts of :class:`raynb.Run` the live view, the text line, the badges and the figure read."""
@@ -29,6 +32,9 @@ class ViewedRun(Protocol):
 
     @property
     def step(self) -> int: ...
+
+    @property
+    def attempt(self) -> int: ...
 
     @property
     def elapsed(self) -> float: ...

@@ -184,3 +184,46 @@ def test_live_chart_grows_in_jupyterlab(lab: str, artifacts: Path) -> None:
         assert cell.locator("svg[data-chart=loss] polyline").count() >= 1
         page.screenshot(path=str(artifacts / "jupyterlab-page.png"), full_page=False)
         browser.close()
+
+
+def test_the_stop_button_stops_a_background_run(lab: str, tmp_path: Path, artifacts: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("%load_ext raynb\n%raycluster up --local"),
+        nbformat.v4.new_code_cell(
+            "%%raytrain --workers 1 --background --out bg --name stop-me\nimport raynb, time\n"
+            "for i in range(1_000_000):\n    time.sleep(0.1)\n    raynb.report(loss=1.0 / (i + 1))"
+        ),
+    ]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, tmp_path / "stop.ipynb")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROME_ARGS, headless=True)
+        page = browser.new_page(viewport={"width": 1300, "height": 1000})
+        page.goto(f"{lab}/lab/tree/stop.ipynb")
+        page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
+        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=90_000)
+        _run_all(page, artifacts)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            runs = _runs(page)
+            if runs and runs[0]["status"] == "running" and runs[0]["step"] >= 3:
+                break
+            time.sleep(0.25)
+        assert _runs(page) and _runs(page)[0]["step"] >= 3, _runs(page)
+        # the kernel is idle (the cell returned at once) while the run goes on
+        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
+        button = page.locator("button.raynb-stop")
+        button.scroll_into_view_if_needed()
+        page.locator(".jp-Cell:has(.raynb-run)").first.screenshot(path=str(artifacts / "jupyterlab-stop-button.png"))
+        button.click()
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and _runs(page)[0]["status"] != "aborted":
+            time.sleep(0.25)
+        final = _runs(page)[0]
+        assert final["status"] == "aborted", final
+        page.wait_for_selector("button.raynb-stop", state="detached", timeout=30_000)  # gone with the run
+        page.locator(".jp-Cell:has(.raynb-run)").first.screenshot(path=str(artifacts / "jupyterlab-stopped.png"))
+        browser.close()

@@ -211,3 +211,42 @@ def test_checkpoint_report_with_none_on_other_ranks_reaches_storage(cluster: ray
     assert run.status == "succeeded", run.error
     ckpt = run.result["checkpoint"]
     assert ckpt and Path(ckpt, "weights.txt").read_text() == "ok" and str(tmp_path) in ckpt
+
+
+def test_a_lost_worker_restarts_the_run_from_its_checkpoint(cluster: raynb.Cluster, tmp_path: Path) -> None:
+    """``max_failures=1``: rank 1 kills its own process (SIGKILL) at step 5 of the first attempt; Ray Train starts
+    the workers again, the function resumes from the checkpoint of step 4 (Ray's ``get_checkpoint`` idiom), the run
+    succeeds, and the records and the view say which attempt they belong to."""
+
+    def fn(config: dict) -> None:
+        import json
+        import tempfile
+
+        import ray.train
+
+        rank = ray.train.get_context().get_world_rank()
+        ckpt = ray.train.get_checkpoint()
+        start = 1
+        if ckpt is not None:
+            with ckpt.as_directory() as d:
+                start = json.loads(Path(d, "state.json").read_text())["step"] + 1
+        for step in range(start, 9):
+            if ckpt is None and step == 5 and rank == 1:
+                os.kill(os.getpid(), signal.SIGKILL)
+            with tempfile.TemporaryDirectory() as d:
+                keep = rank == 0 and step % 2 == 0
+                if keep:
+                    Path(d, "state.json").write_text(json.dumps({"step": step}))
+                checkpoint = ray.train.Checkpoint.from_directory(d) if keep else None
+                ray.train.report({"loss": 1.0 / step, "step": step}, checkpoint=checkpoint)
+
+    from raynb.display import render_bundle
+
+    settings = resolve({"workers": 2, "storage_path": str(tmp_path), "max_failures": 1})
+    run = raynb.train(fn, settings=settings, display=False, name="restart-test")
+    assert run.status == "succeeded", run.error
+    df = run.metrics
+    assert run.attempt == 2 and set(df.attempt) == {1, 2}, df
+    second = df[df.attempt == 2]
+    assert second.step.min() == 5 and second.step.max() == 8  # resumed after step 4's checkpoint, not from step 1
+    assert "attempt 2 of 2 (restarted after a worker failed)" in render_bundle(run)["text/plain"]

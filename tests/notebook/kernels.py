@@ -30,8 +30,11 @@ def kernel(env: dict[str, str] | None = None, cwd: str | None = None) -> Iterato
             km.shutdown_kernel(now=True)
 
 
-def run(kc: Any, code: str, timeout: float = 300, on_msg: Any = None) -> list[dict[str, Any]]:
-    """Execute ``code`` and return its iopub messages until the kernel is idle again."""
+def run(
+    kc: Any, code: str, timeout: float = 300, on_msg: Any = None, others: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """Execute ``code`` and return its iopub messages until the kernel is idle again. ``others`` collects what
+    arrives meanwhile for earlier cells (a background run's view updates)."""
     msg_id = kc.execute(code)
     msgs: list[dict[str, Any]] = []
     deadline = time.monotonic() + timeout
@@ -41,6 +44,8 @@ def run(kc: Any, code: str, timeout: float = 300, on_msg: Any = None) -> list[di
         except queue.Empty:
             continue
         if m["parent_header"].get("msg_id") != msg_id:
+            if others is not None:
+                others.append(m)
             continue
         msgs.append(m)
         if on_msg:

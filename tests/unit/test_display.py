@@ -58,7 +58,7 @@ def test_svg_chart_counts_points_and_stays_small() -> None:
     assert "waiting for the first report" in line_chart({}, title="loss")
 
 
-def _run(records: list[dict], status: str = "running", error: Any = None) -> SimpleNamespace:
+def _run(records: list[dict], status: str = "running", error: Any = None, attempt: int = 1) -> SimpleNamespace:
     return SimpleNamespace(
         name="r1",
         status=status,
@@ -66,9 +66,10 @@ def _run(records: list[dict], status: str = "running", error: Any = None) -> Sim
         records=records,
         events=[],
         step=max((r["step"] for r in records), default=0),
+        attempt=attempt,
         elapsed=65.0,
         error=error,
-        spec=SimpleNamespace(workers=2, gpu=False),
+        spec=SimpleNamespace(workers=2, gpu=False, max_failures=2),
         aborted_at_step=3,
     )
 
@@ -83,6 +84,11 @@ def test_bundle_has_html_and_text() -> None:
 
 def test_aborted_run_says_at_which_step() -> None:
     assert "aborted at step 3" in render_bundle(_run(_recs(), status="aborted"))["text/plain"]
+
+
+def test_a_restarted_run_says_which_attempt() -> None:
+    b = render_bundle(_run(_recs(), attempt=2))
+    assert "attempt 2 of 3 (restarted after a worker failed)" in b["text/plain"] and "attempt 2 of 3" in b["text/html"]
 
 
 class _Handle:

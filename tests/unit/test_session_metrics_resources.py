@@ -92,20 +92,31 @@ def test_version_mismatch_names_what_to_install() -> None:
     assert "Python 3.99" in (e.value.fix or "") and "ray[client,train,default]==9.9.9" in (e.value.fix or "")
 
 
-def test_sink_hands_out_each_record_once_and_forgets_drained_ones() -> None:
+def test_sink_keeps_the_whole_history_with_bounded_memory(tmp_path, monkeypatch) -> None:
+    """A kernel that attaches late reads from record 0; old records leave memory for a spill file, none is lost."""
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+
     async def go() -> None:
-        sink = MetricsSink()
-        await sink.push([{"step": 1}, {"step": 2}])
+        sink = MetricsSink(mem_records=1000)
         await sink.event({"kind": "worker_started", "rank": 0})
-        cursor, recs, evs = await sink.drain(0, 0)
-        assert (cursor, [r["step"] for r in recs], [e["kind"] for e in evs]) == (2, [1, 2], ["worker_started"])
-        await sink.push([{"step": 3}])
-        cursor, recs, evs = await sink.drain(cursor, 1)
-        assert (cursor, [r["step"] for r in recs], evs) == (3, [3], [])
-        assert sink._records == [{"step": 3}]  # what the notebook has is dropped: memory stays bounded
+        for start in range(0, 5000, 250):
+            await sink.push([{"rank": i % 2, "step": i // 2, "loss": 1 / (i + 1)} for i in range(start, start + 250)])
+        assert len(sink._records) <= 1000  # memory bounded ...
+        spills = list((tmp_path / "raynb-runs").glob("*.jsonl"))
+        assert len(spills) == 1 and len(spills[0].read_text().splitlines()) == sink._base  # ... the rest on disk
+        assert await sink.summary() == {"step": 2499, "last_report": None, "records": 5000, "ranks": 2, "attempt": 1}
+        got, cursor = [], 0
+        while cursor < 5000:  # a late kernel, in pages that cross the file/memory boundary
+            cursor, recs, evs = await sink.read(cursor, 1, limit=777)
+            got += recs
+        assert [r["step"] for r in got] == [i // 2 for i in range(5000)] and got[4999]["loss"] == 1 / 5000
+        cursor, recs, evs = await sink.read(1234, 0, limit=3)  # any cursor, also mid-file
+        assert [r["step"] for r in recs] == [617, 617, 618] and [e["kind"] for e in evs] == ["worker_started"]
         t0 = asyncio.get_running_loop().time()
-        assert await sink.drain(cursor, 1, timeout=0.2) == (3, [], [])  # nothing new: waits, then empty
+        assert await sink.read(5000, 1, timeout=0.2) == (5000, [], [])  # nothing new: waits, then empty
         assert asyncio.get_running_loop().time() - t0 >= 0.15
+        await sink.discard()
+        assert not spills[0].exists()
 
     asyncio.run(go())
 

@@ -6,7 +6,7 @@ import argparse
 import inspect
 
 import raynb
-from raynb._magic_args import cluster_parser, train_parser
+from raynb._magic_args import cluster_parser, runs_parser, train_parser
 from raynb.manifest import render_yaml
 
 #: magic flag dest -> the twin's parameter (same name unless listed)
@@ -19,6 +19,7 @@ RENAMED = {
     "kube_context": "context",
     "kube_namespace": "namespace",
     "overrides": "set",
+    "background": "wait",
 }
 #: flags that are the magic's own business (where the cell's result goes, which face, help)
 MAGIC_ONLY = {"help", "out", "k8s", "local", "no_name_check", "command"}
@@ -54,3 +55,11 @@ def test_raycluster_subcommands_and_their_twins() -> None:
     _check(_dests(_sub("render")), render_yaml)
     _check(_dests(_sub("logs")), raynb.Cluster.logs)
     assert _dests(_sub("logs")) == {"which", "tail"}
+
+
+def test_raytrain_run_commands_and_their_twins() -> None:
+    (sp,) = [a for a in runs_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    twins = {"ls": raynb.runs, "attach": raynb.attach, "stop": raynb.stop_run, "rm": raynb.remove_run}
+    assert set(sp.choices) == set(twins)
+    for cmd, fn in twins.items():
+        _check(_dests(sp.choices[cmd]), fn)

@@ -1,5 +1,5 @@
 """The values file is a configuration layer (flag > %config > RAYNB_* > values file > default) once a Kubernetes
-cluster is current: STRICT_EFA and STORAGE_PATH reach runs; EFA_PER_NODE makes sockets count as a fallback."""
+cluster is current: STRICT_EFA, STORAGE_PATH and MAX_FAILURES reach runs; EFA_PER_NODE makes sockets count as a fallback."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ def kube_cluster(monkeypatch):
         values={
             "STRICT_EFA": "true",
             "STORAGE_PATH": "s3://bucket/runs",
+            "MAX_FAILURES": "2",
             "EFA_PER_NODE": "1",
             "GPUDIRECT_RDMA": "false",
         },
@@ -31,7 +32,7 @@ def kube_cluster(monkeypatch):
 def test_values_file_defaults_reach_run_settings(kube_cluster, monkeypatch) -> None:
     monkeypatch.delenv("RAYNB_STRICT_EFA", raising=False)
     s = cluster.resolve_settings({"workers": 8})
-    assert s.strict_efa is True and s.storage_path == "s3://bucket/runs" and s.workers == 8
+    assert s.strict_efa is True and s.storage_path == "s3://bucket/runs" and s.workers == 8 and s.max_failures == 2
     assert cluster.resolve_settings({"strict_efa": False}).strict_efa is False  # a flag wins
     monkeypatch.setenv("RAYNB_STORAGE_PATH", "/mnt/runs")
     assert cluster.resolve_settings().storage_path == "/mnt/runs"  # the environment wins over the values file

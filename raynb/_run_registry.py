@@ -1,0 +1,191 @@
+"""The cluster's list of runs: one detached, named actor (``raynb-runs`` in the ``raynb`` namespace) per cluster.
+
+A run belongs to the cluster, not to the kernel that started it: its launcher (which calls ``TorchTrainer.fit()``)
+and its metrics sink are detached actors, and this registry holds their handles with what a later kernel needs to
+find them again (name, shape, who started it, status, outcome). Killing the kernel, restarting it or losing the
+connection leaves all of it running; ``raynb.runs()`` and ``raynb.attach(name)`` read it back.
+
+Finished runs stay attachable (status, metrics, error, checkpoint) until removed (``raynb.rm``) or until more than
+``KEEP_FINISHED`` finished runs exist, when the oldest finished ones go first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from ._detached import NAMESPACE, on_head
+from .errors import UsageError
+
+__all__ = ["RunRegistry", "registry", "find_registry", "free_name", "KEEP_FINISHED", "NAME", "ACTIVE"]
+
+
+NAME = "raynb-runs"
+KEEP_FINISHED = 50
+ACTIVE = ("running",)
+
+
+class RunRegistry:
+    """Async actor (0 CPUs): name → the run's info, launcher and sink handles."""
+
+    def __init__(self) -> None:
+        self._runs: dict[str, dict[str, Any]] = {}
+        self._handles: dict[str, tuple[Any, Any]] = {}
+        self._changed: dict[str, asyncio.Event] = {}
+
+    async def register(self, name: str, info: dict[str, Any], launcher: Any, sink: Any) -> dict[str, Any] | None:
+        """Record a new run; returns the existing run's info instead if a run of that name is going on. A finished
+        run of that name is replaced: starting a run again under its name is how Ray Train resumes it."""
+        if name in self._runs:
+            if self._runs[name]["status"] in ACTIVE:
+                return self._runs[name]
+            await self.remove(name)
+        self._runs[name] = {**info, "name": name, "status": "running", "started": time.time(), "ended": None}
+        self._handles[name] = (launcher, sink)
+        self._changed[name] = asyncio.Event()
+        await self._forget_old()
+        return None
+
+    async def finished(self, name: str, outcome: dict[str, Any]) -> None:
+        """Called by the run's launcher when ``fit()`` returns (with or without a kernel listening)."""
+        run = self._runs.get(name)
+        if run is None or run["status"] not in ACTIVE:
+            return
+        run.update(status=outcome.get("status", "failed"), ended=time.time(), outcome=outcome)
+        self._changed[name].set()
+        launcher = self._handles[name][0]
+        asyncio.get_running_loop().call_later(10.0, _kill, launcher)  # fit() returns now; then its process goes
+
+    async def stop(self, name: str, step: int | None = None) -> dict[str, Any] | None:
+        """Stop a running run: killing its launcher takes Train's controller and workers with it."""
+        run = self._runs.get(name)
+        if run is None:
+            return None
+        if run["status"] in ACTIVE:
+            _kill(self._handles[name][0])
+            run.update(status="aborted", ended=time.time(), outcome={"status": "aborted", "step": step})
+            self._changed[name].set()
+        return run
+
+    async def get(self, name: str) -> tuple[dict[str, Any], Any, Any] | None:
+        if name not in self._runs:
+            return None
+        launcher, sink = self._handles[name]
+        return self._runs[name], launcher, sink
+
+    async def wait(self, name: str, timeout: float) -> dict[str, Any] | None:
+        """The run's info once it has ended, or None after ``timeout``. A launcher that died without saying how its
+        run ended (its node or process lost) ends the run as failed."""
+        run = self._runs.get(name)
+        if run is None:
+            return None
+        if run["status"] in ACTIVE:
+            try:
+                await asyncio.wait_for(self._changed[name].wait(), timeout)
+            except asyncio.TimeoutError:
+                await self._check_alive(name)
+        return run if run["status"] not in ACTIVE else None
+
+    async def _check_alive(self, name: str) -> None:
+        run, launcher = self._runs[name], self._handles[name][0]
+        try:
+            await asyncio.wait_for(launcher.alive.remote(), 30)
+        except asyncio.TimeoutError:
+            return  # busy, not dead
+        except Exception as e:  # noqa: BLE001 - ActorDiedError and friends
+            if run["status"] in ACTIVE:
+                run.update(
+                    status="failed",
+                    ended=time.time(),
+                    outcome={"status": "failed", "error_type": type(e).__name__, "message": str(e)[:2000]},
+                )
+                self._changed[name].set()
+
+    async def rows(self) -> list[dict[str, Any]]:
+        """Every run with its latest step and report time (asked of each active run's sink)."""
+        out = []
+        for name, run in self._runs.items():
+            row = {k: v for k, v in run.items() if k != "outcome"}
+            sink = self._handles[name][1]
+            try:
+                row.update(await asyncio.wait_for(sink.summary.remote(), 5))
+            except Exception:  # noqa: BLE001 - a sink lost with its node: the row still says what is known
+                pass
+            out.append(row)
+        return out
+
+    async def active(self) -> list[str]:
+        return [n for n, r in self._runs.items() if r["status"] in ACTIVE]
+
+    async def remove(self, name: str) -> dict[str, Any] | None:
+        """Forget a finished run and free its history; None if there is no such run. Refuses an active one."""
+        run = self._runs.get(name)
+        if run is None or run["status"] in ACTIVE:
+            return run
+        launcher, sink = self._handles.pop(name)
+        del self._runs[name], self._changed[name]
+        try:
+            await asyncio.wait_for(sink.discard.remote(), 10)  # its spill file
+        except Exception:  # noqa: BLE001 - gone already
+            pass
+        _kill(sink)
+        _kill(launcher)
+        return run
+
+    async def _forget_old(self) -> None:
+        done = sorted((r["ended"] or 0, n) for n, r in self._runs.items() if r["status"] not in ACTIVE)
+        for _ended, name in done[: max(0, len(done) - KEEP_FINISHED)]:
+            await self.remove(name)
+
+
+def _kill(actor: Any) -> None:
+    import ray
+
+    try:
+        ray.kill(actor, no_restart=True)
+    except Exception:  # noqa: BLE001 - already gone
+        pass
+
+
+def find_registry() -> Any | None:
+    """The cluster's registry if it exists (None before the first run)."""
+    import ray
+
+    try:
+        return ray.get_actor(NAME, namespace=NAMESPACE)
+    except ValueError:
+        return None
+
+
+def registry() -> Any:
+    """The cluster's registry, created on first use (detached: it outlives every kernel; 0 CPUs, on the head)."""
+    import ray
+
+    found = find_registry()
+    if found is not None:
+        return found
+    cls = ray.remote(num_cpus=0, max_concurrency=1000)(RunRegistry)
+    return cls.options(
+        name=NAME, namespace=NAMESPACE, lifetime="detached", get_if_exists=True, resources=on_head()
+    ).remote()
+
+
+def free_name(name: str, *, given: bool) -> str:
+    """``name`` if no run on the cluster has it. A name the user gave is refused while a run of that name goes on
+    (a finished one is replaced: the same name resumes a Ray Train run from its checkpoints); a made-up name that is
+    taken gets a suffix."""
+    import ray
+
+    reg = registry()
+    for n in [name] + ([] if given else [f"{name}-{i}" for i in range(2, 100)]):
+        taken = ray.get(reg.get.remote(n))
+        if taken is None or (given and taken[0]["status"] not in ACTIVE):
+            return n
+        if given:
+            raise UsageError(
+                f"A run named {n!r} is going on on this cluster.",
+                fix=f"give another name (--name {n}-2), follow it with `%raytrain attach {n}`, or stop it with "
+                f"`%raytrain stop {n}`.",
+            )
+    raise UsageError(f"Runs {name}, {name}-2 ... {name}-99 all exist.", fix="give the run a name: --name NAME")

@@ -1,0 +1,156 @@
+"""The runs on the connected cluster, from any kernel: list, attach, stop, remove (``raynb.runs()``,
+``raynb.attach(name)``, ``raynb.stop_run(name)``, ``raynb.remove_run(name)``; ``%raytrain ls|attach|stop|rm``). The runs themselves live in ``_run_registry.py``."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ._current import resolve_settings
+from ._run import Run
+from ._run_registry import ACTIVE, find_registry, registry
+from .display.tables import table
+from .errors import UsageError, not_connected
+
+__all__ = ["runs", "attach", "stop_run", "remove_run", "active_runs", "RunList"]
+
+_COLUMNS = ("name", "status", "step", "workers", "started", "last report", "started by")
+
+
+def _registry() -> Any:
+    import ray
+
+    if not ray.is_initialized():
+        raise not_connected()
+    return registry()
+
+
+def _ago(t: float | None, now: float) -> str:
+    if not t:
+        return "-"
+    s = max(0, int(now - t))
+    return f"{s} s ago" if s < 120 else f"{s // 60} min ago" if s < 7200 else f"{s // 3600} h ago"
+
+
+@dataclass
+class RunList:
+    """The runs on the cluster, newest first; a table in notebooks and terminals, rows in ``.rows``."""
+
+    rows: list[dict[str, Any]]
+
+    def _cells(self) -> list[tuple[str, ...]]:
+        now = time.time()
+        return [
+            (
+                r["name"],
+                r["status"],
+                str(r.get("step", 0)),
+                f"{r['spec']['workers']}{' GPU' if r['spec']['gpu'] else ''}",
+                _dt.datetime.fromtimestamp(r["started"]).strftime("%Y-%m-%d %H:%M:%S"),
+                _ago(r.get("last_report"), now),
+                r.get("user", "?"),
+            )
+            for r in self.rows
+        ]
+
+    def __repr__(self) -> str:
+        if not self.rows:
+            return "no runs on this cluster: a %%raytrain cell (or raynb.train) starts one"
+        cells = self._cells()
+        widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(_COLUMNS)]
+        line = "  ".join(f"{{:<{w}}}" for w in widths)
+        out = [line.format(*(c.upper() for c in _COLUMNS))] + [line.format(*row) for row in cells]
+        return "\n".join(s.rstrip() for s in out)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        if not self.rows:
+            return {"text/plain": repr(self)}
+        return {"text/plain": repr(self), "text/html": table(list(_COLUMNS), self._cells(), cls="raynb-runs")}
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def names(self) -> list[str]:
+        return [r["name"] for r in self.rows]
+
+
+def runs() -> RunList:
+    """The runs on the connected cluster: running ones and finished ones not yet removed, newest first."""
+    import ray
+
+    reg = find_registry() if ray.is_initialized() else None
+    if reg is None:
+        if not ray.is_initialized():
+            raise not_connected()
+        return RunList([])
+    return RunList(sorted(ray.get(reg.rows.remote()), key=lambda r: -r["started"]))
+
+
+def active_runs() -> list[str]:
+    """Names of the runs going on on the connected cluster (none when not connected)."""
+    import ray
+
+    reg = find_registry() if ray.is_initialized() else None
+    return list(ray.get(reg.active.remote())) if reg is not None else []
+
+
+def _unknown(name: str) -> UsageError:
+    known = runs().names()
+    return UsageError(
+        f"No run named {name!r} on this cluster.",
+        saw="runs here: " + (", ".join(known) if known else "none"),
+        fix="`%raytrain ls` lists them; runs live on the cluster they were started on (connect to that one).",
+    )
+
+
+def attach(name: str, *, display: bool | str | None = None, wait: bool = False) -> Run:
+    """Follow a run on the connected cluster from this kernel: its whole curve so far, then live. Returns at once
+    (the view goes on updating; ``run.wait()`` blocks) unless ``wait``; a finished run shows its final picture."""
+    import ray
+
+    from ._train import follow
+
+    reg = _registry()
+    found = ray.get(reg.get.remote(name))
+    if found is None:
+        raise _unknown(name)
+    info, launcher, sink = found
+    run = Run._attached(info, launcher, sink, resolve_settings(), reg)
+    here = wait or info["status"] not in ACTIVE  # a finished run: its final picture, at once
+    view = follow(run, display, run.settings.refresh_hz, wait=here)
+    if here and view is not None:
+        view.finish()
+    return run
+
+
+def stop_run(name: str) -> str:
+    """Stop a running run on the connected cluster (its workers with it), from any kernel."""
+    import ray
+
+    reg = _registry()
+    found = ray.get(reg.get.remote(name))
+    if found is None:
+        raise _unknown(name)
+    info = found[0]
+    if info["status"] not in ACTIVE:
+        raise UsageError(
+            f"Run {name!r} has already ended ({info['status']}); there is nothing to stop.",
+            fix=f"`raynb.attach({name!r})` shows how it ended; `%raytrain rm {name}` removes it.",
+        )
+    ray.get(reg.stop.remote(name, None))
+    return f"stopped run {name}"
+
+
+def remove_run(name: str) -> str:
+    """Remove a finished run from the cluster: its entry and its metrics history."""
+    import ray
+
+    reg = _registry()
+    info = ray.get(reg.remove.remote(name))
+    if info is None:
+        raise _unknown(name)
+    if info["status"] in ACTIVE:
+        raise UsageError(f"Run {name!r} is still running.", fix=f"stop it first: `%raytrain stop {name}`")
+    return f"removed run {name}"

@@ -1,0 +1,143 @@
+"""Runs belong to the cluster, in real kernels on the embedded cluster: a background run while other cells execute;
+a run that outlives a kernel killed with SIGKILL and is attached from a new kernel with its whole curve; a run
+stopped from another kernel; and the refusals around names and `down`."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.notebook.kernels import errors, kernel, run, text
+
+LOOP = "import raynb, time\nfor i in range({n}):\n    time.sleep({dt})\n    raynb.report(loss=1.0 / (i + 1))\n"
+
+
+def _value(kc, expr: str) -> str:
+    out = run(kc, f"print(repr({expr}))", timeout=60)
+    assert not errors(out), text(out)
+    return text(out).strip()
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    h = tmp_path_factory.mktemp("runs-home")
+    # a finished run keeps the head up this long, so the new kernel finds it even if the run ends first
+    return {"RAYNB_HOME": str(h / "raynb"), "KUBECONFIG": str(h / "no-kubeconfig"), "RAYNB_LOCAL_IDLE_AFTER_RUN_S": "600"}
+
+
+def test_a_background_run_leaves_the_kernel_free(home: dict[str, str]) -> None:
+    with kernel(env=home) as (_km, kc):
+        up = run(kc, "%load_ext raynb\n%raycluster up --local", timeout=300)
+        assert not errors(up), text(up)
+        started = run(kc, "%%raytrain --workers 2 --background --out bg --name bg-run\n" + LOOP.format(n=30, dt=0.2))
+        assert not errors(started), text(started)
+        assert _value(kc, "bg.status") in ("'starting'", "'running'")
+        later: list[dict] = []
+        round_trips = []
+        for _ in range(5):  # the kernel answers while the run goes on
+            t0 = time.monotonic()
+            out = run(kc, "6 * 7", timeout=60, others=later)
+            round_trips.append(time.monotonic() - t0)
+            assert "42" in text(out)
+        assert max(round_trips) < 1.0, round_trips
+        assert _value(kc, "bg.done()") == "False"
+        out = run(kc, "print(bg.wait(), bg.done(), bg.status, bg.step)", timeout=300, others=later)
+        assert "True True succeeded 30" in text(out), text(out)
+        # the cell's own view kept updating from the background, up to the final picture
+        updates = [m for m in later if m["msg_type"] == "update_display_data"]
+        assert updates and 'data-status="succeeded"' in updates[-1]["content"]["data"]["text/html"]
+        out = run(kc, "import asyncio\nr2 = await bg\nprint(r2 is bg)")  # `await run` in async code
+        assert "True" in text(out), text(out)
+        run(kc, "%raycluster down", timeout=120)
+
+
+def test_a_run_outlives_a_killed_kernel_and_is_attached_from_a_new_one(home: dict[str, str]) -> None:
+    with kernel(env=home) as (km, kc):
+        up = run(kc, "%load_ext raynb\n%raycluster up --local", timeout=300)
+        assert not errors(up), text(up)
+        out = run(kc, "%%raytrain --workers 2 --background --out r --name outlive\n" + LOOP.format(n=60, dt=0.25))
+        assert not errors(out), text(out)
+        deadline = time.monotonic() + 120
+        while int(_value(kc, "r.step")) < 5 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        km.shutdown_kernel(now=True)  # SIGKILL: no atexit, no goodbye
+    time.sleep(5)  # longer than the head waits for a kernel: the run's lease keeps it up
+    with kernel(env=home) as (_km, kc):
+        up = run(kc, "%load_ext raynb\n%raycluster up --local", timeout=300)
+        assert "reusing the embedded Ray head" in text(up), text(up)
+        listing = text(run(kc, "%raytrain ls", timeout=60))
+        row = [ln for ln in listing.splitlines() if ln.startswith("outlive ")]
+        assert row and " running " in row[0] and "2" in row[0], listing
+        attached = run(kc, "%raytrain attach outlive --out a --wait", timeout=300)
+        assert not errors(attached), text(attached)
+        html = [m for m in attached if m["msg_type"] in ("display_data", "update_display_data")][-1]
+        assert 'data-status="succeeded"' in html["content"]["data"]["text/html"]
+        out = run(
+            kc, "m = a.metrics\nprint(a.status, sorted(set(m.step))[:2], m.step.max(), len(m), sorted(set(m['rank'])))"
+        )
+        assert "succeeded [1, 2] 60 120 [0, 1]" in text(out), text(out)  # every step from 1, from both ranks
+        # finished runs stay attachable until removed
+        again = run(kc, "b = raynb.attach('outlive', display=False)\nprint(b.status, len(b.metrics))", timeout=120)
+        assert "succeeded 120" in text(again), text(again)
+        gone = run(kc, "%raytrain rm outlive\n%raytrain ls", timeout=60)
+        assert "removed run outlive" in text(gone) and "no runs on this cluster" in text(gone), text(gone)
+        run(kc, "%raycluster down", timeout=120)
+
+
+def test_stop_from_another_kernel_and_the_refusals(home: dict[str, str]) -> None:
+    with kernel(env=home) as (_km, a), kernel(env=home) as (_km2, b):
+        for kc in (a, b):
+            up = run(kc, "%load_ext raynb\nimport raynb\n%raycluster up --local", timeout=300)
+            assert not errors(up), text(up)
+        out = run(a, "%%raytrain --workers 2 --background --out r --name long\n" + LOOP.format(n=10_000, dt=0.2))
+        assert not errors(out), text(out)
+        deadline = time.monotonic() + 120
+        while int(_value(a, "r.step")) < 3 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        # a second run with a name in use: refused, with a way out
+        dup = errors(run(b, "%%raytrain --workers 1 --name long\npass\n", timeout=60))
+        assert dup and "A run named 'long' is going on on this cluster" in dup[0]["evalue"], dup
+        assert "--name long-2" in "".join(dup[0]["traceback"])
+        # `down` while a run goes on: refused without --force
+        down = errors(run(b, "%raycluster down", timeout=60))
+        assert down and "1 run(s) still going on this cluster: long" in down[0]["evalue"], down
+        stopped = run(b, "%raytrain stop long", timeout=60)
+        assert "stopped run long" in text(stopped), text(stopped)
+        out = run(a, "print(r.wait(60), r.status)", timeout=90)
+        assert "True aborted" in text(out), text(out)
+        again = errors(run(b, "%raytrain stop long", timeout=60))
+        assert again and "has already ended (aborted)" in again[0]["evalue"], again
+        unknown = errors(run(b, "%raytrain attach nope", timeout=60))
+        assert unknown and "No run named 'nope'" in unknown[0]["evalue"] and "long" in "".join(unknown[0]["traceback"])
+        run(b, "%raycluster disconnect", timeout=60)
+        run(a, "%raycluster down", timeout=120)
+
+
+def test_the_head_stops_once_no_kernel_and_no_run_uses_it(home: dict[str, str], tmp_path: Path) -> None:
+    """A run's lease ends with it: after its end (plus the idle delay, shortened here) the head goes."""
+    env = {**home, "RAYNB_HOME": str(tmp_path / "raynb")}
+    with kernel(env=env) as (km, kc):
+        up = run(kc, "%load_ext raynb\n%raycluster up --local", timeout=300)
+        assert not errors(up), text(up)
+        run(kc, "%config RayNB.local_idle_after_run_s = 3")
+        out = run(kc, "%%raytrain --workers 1 --name short\n" + LOOP.format(n=3, dt=0.1))
+        assert not errors(out), text(out)
+        run(kc, "import os\nfrom raynb import _embedded_head")
+        leases = _value(kc, "os.listdir(_embedded_head.leases_dir())")
+        assert leases == "['short']", leases  # the run took a lease on the head
+        km.shutdown_kernel(now=True)
+    from raynb import _embedded_head as local
+
+    saved = os.environ.get("RAYNB_HOME")
+    os.environ["RAYNB_HOME"] = env["RAYNB_HOME"]
+    try:
+        d = local.state_dir()
+        deadline = time.monotonic() + 60
+        while (d / "head.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not (d / "head.json").exists(), "the head must stop once its runs' leases end"
+    finally:
+        os.environ["RAYNB_HOME"] = saved or ""
