@@ -11,7 +11,7 @@ from ._backend import BackendChecks, BackendKind, Say
 from ._checks import Check
 from ._embedded_head import LocalHead
 from ._settings import Settings
-from .errors import NotConnectedError, UsageError
+from .errors import ClusterStartError, NotConnectedError, UsageError
 
 __all__ = ["EmbeddedBackend", "up", "attach"]
 
@@ -78,14 +78,25 @@ class EmbeddedBackend:
 
 def up(settings: Settings, say: Say) -> EmbeddedBackend:
     """Start the embedded head, or reuse the one running for this user."""
-    head = head_proc.start_head(
-        num_cpus=settings.local_num_cpus,
-        num_gpus=settings.local_num_gpus,
-        timeout=settings.start_timeout_s,
-        progress=say,
-        dashboard=settings.local_dashboard,
-        auth=settings.local_auth,
-    )
+
+    def start() -> LocalHead:
+        return head_proc.start_head(
+            num_cpus=settings.local_num_cpus,
+            num_gpus=settings.local_num_gpus,
+            timeout=settings.start_timeout_s,
+            progress=say,
+            dashboard=settings.local_dashboard,
+            auth=settings.local_auth,
+        )
+
+    try:
+        head = start()
+    except ClusterStartError as e:
+        # Ray's dashboard gives each of its modules 30 s to start, then exits: on a busy machine, once more
+        if "failed to start. Timeout after" not in (e.saw or ""):
+            raise
+        say("the head's dashboard did not start in time (a busy machine?): starting the head once more ...")
+        head = start()
     if head.reused:
         say(f"reusing the embedded Ray head at {head.client_address}")
     if head.token_path is None:

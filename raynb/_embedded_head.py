@@ -317,6 +317,7 @@ def start_head(
                     "auth_mode": head.auth_mode,
                     "token_path": head.token_path,
                     "temp_dir": head.temp_dir,
+                    "gcs_address": head.gcs_address,
                 }
             )
         )
@@ -456,6 +457,9 @@ def _supervise(d: Path) -> int:
         "RAY_AUTH_MODE": spec["auth_mode"],
         "RAY_USAGE_STATS_ENABLED": "0",
         "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+        # Ray's own helpers in this head's processes (Train's placement-group cleaner, the State API) look for "the"
+        # local cluster when given no address, and give up when a machine runs several heads: name ours.
+        "RAY_ADDRESS": spec["gcs_address"],
     }
     ray = subprocess.Popen(spec["command"], stdin=subprocess.DEVNULL, env=env)
     print(f"[raynb] supervisor {os.getpid()} started ray pid {ray.pid}", flush=True)

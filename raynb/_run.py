@@ -300,17 +300,21 @@ class Run:
                     pass
                 self._fit_outcome = info.get("outcome") or {"status": info["status"]}
                 self.ended_at = info.get("ended")
-        except BaseException as e:  # noqa: BLE001 - launcher killed (stop) or the client went away
+        except BaseException as e:  # noqa: BLE001 - launcher killed (stopped, lost) or the client went away
             self._fit_exc = e
             try:
-                ray.get(self._registry.get.remote(self.name), timeout=10)
+                found = ray.get(self._registry.get.remote(self.name), timeout=10)
             except BaseException:  # noqa: BLE001 - the cluster does not answer: the run may well go on
                 self._lost_connection = True
+            else:
+                if found is not None and found[0]["status"] == "aborted":  # stopped (here or from another kernel)
+                    self._fit_outcome = found[0].get("outcome")
         finally:
             self._done.set()
 
-    def _wait(self, on_tick: Callable[[], None] | None = None) -> None:
-        """Wait for the end, redrawing at most ``refresh_hz`` times a second; an interrupt aborts the run."""
+    def _wait(self, on_tick: Callable[[], None] | None = None, *, stop_on_interrupt: bool = True) -> None:
+        """Wait for the end, redrawing at most ``refresh_hz`` times a second; an interrupt aborts the run (or, with
+        ``stop_on_interrupt=False``, ends only the waiting: a run this kernel attached to goes on)."""
         period = 1.0 / max(self.settings.refresh_hz, 0.5)
         previous = signal.getsignal(signal.SIGINT)
         in_main = threading.current_thread() is threading.main_thread()
@@ -323,7 +327,8 @@ class Run:
                     on_tick()
             self._finish()
         except KeyboardInterrupt:
-            self.abort()
+            if stop_on_interrupt:
+                self.abort()
         finally:
             if in_main and previous is not signal.default_int_handler:
                 signal.signal(signal.SIGINT, previous)

@@ -107,7 +107,8 @@ def _unknown(name: str) -> UsageError:
 
 def attach(name: str, *, display: bool | str | None = None, wait: bool = False) -> Run:
     """Follow a run on the connected cluster from this kernel: its whole curve so far, then live. Returns at once
-    (the view goes on updating; ``run.wait()`` blocks) unless ``wait``; a finished run shows its final picture."""
+    (the view goes on updating; ``run.wait()`` blocks) unless ``wait``; a finished run shows its final picture. An
+    interrupt while waiting ends the waiting, not the run (``run.stop()`` stops it)."""
     import ray
 
     from ._train import follow
@@ -119,7 +120,7 @@ def attach(name: str, *, display: bool | str | None = None, wait: bool = False) 
     info, launcher, sink = found
     run = Run._attached(info, launcher, sink, resolve_settings(), reg)
     here = wait or info["status"] not in ACTIVE  # a finished run: its final picture, at once
-    view = follow(run, display, run.settings.refresh_hz, wait=here)
+    view = follow(run, display, run.settings.refresh_hz, wait=here, stop_on_interrupt=False)
     if here and view is not None:
         view.finish()
     return run

@@ -199,7 +199,9 @@ def _rerun(
     )
 
 
-def follow(run: Run, display: bool | str | None, hz: float, *, wait: bool) -> LiveView | None:
+def follow(
+    run: Run, display: bool | str | None, hz: float, *, wait: bool, stop_on_interrupt: bool = True
+) -> LiveView | None:
     """Show ``run`` live until it ends: here (``wait``; the caller draws the last picture with the view returned), or
     from a background thread while the kernel runs other cells (a background run, an attached one). In a terminal a
     background run prints one line rather than a line that moves under the user's typing."""
@@ -211,7 +213,7 @@ def follow(run: Run, display: bool | str | None, hz: float, *, wait: bool) -> Li
         display = False
     view = LiveView(run, mode=mode, hz=hz).start() if display is not False else None
     if wait:
-        run._wait(on_tick=view.refresh if view else None)
+        run._wait(on_tick=view.refresh if view else None, stop_on_interrupt=stop_on_interrupt)
         return view
 
     controls = None

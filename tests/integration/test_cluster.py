@@ -184,7 +184,7 @@ AFTER_TOKEN_SCRIPT = textwrap.dedent("""
     out["again_cpus"] = ray.cluster_resources().get("CPU")
     c.down()
     os.environ["RAYNB_HOME"] = sys.argv[1]
-    head = local.start_head(num_cpus=1, timeout=180, auth=False)
+    head = local.start_head(num_cpus=1, timeout=180, auth=False, dashboard=True)
     try:
         _session.connect(head.client_address, timeout=60)   # no dashboard to ask
         out["cpus"] = ray.cluster_resources().get("CPU")
@@ -207,7 +207,7 @@ def test_after_the_token_head_goes_a_head_without_auth_connects(tmp_path: Path) 
     """A kernel that used the embedded head (token mode), stopped it, and then connects to a head without auth: the
     token file went with the head, and Ray in token mode with a missing token refuses every connection."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
-    env["RAYNB_HOME"] = str(tmp_path / "a")
+    env.update(RAYNB_HOME=str(tmp_path / "a"), RAYNB_LOCAL_DASHBOARD="0")  # the token heads need no dashboard
     p = subprocess.run(
         [sys.executable, "-c", AFTER_TOKEN_SCRIPT, str(tmp_path / "b")],
         env=env,

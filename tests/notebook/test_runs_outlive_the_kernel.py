@@ -25,7 +25,11 @@ def _value(kc, expr: str) -> str:
 def home(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     h = tmp_path_factory.mktemp("runs-home")
     # a finished run keeps the head up this long, so the new kernel finds it even if the run ends first
-    return {"RAYNB_HOME": str(h / "raynb"), "KUBECONFIG": str(h / "no-kubeconfig"), "RAYNB_LOCAL_IDLE_AFTER_RUN_S": "600"}
+    return {
+        "RAYNB_HOME": str(h / "raynb"),
+        "KUBECONFIG": str(h / "no-kubeconfig"),
+        "RAYNB_LOCAL_IDLE_AFTER_RUN_S": "600",
+    }
 
 
 def test_a_background_run_leaves_the_kernel_free(home: dict[str, str]) -> None:

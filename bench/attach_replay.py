@@ -1,0 +1,97 @@
+"""Attaching to a long run: time from `raynb.attach(name)` to the full picture, on the embedded cluster.
+
+  python bench/attach_replay.py [--records 1000000] [--ranks 8] [--out bench/results/NAME.json]
+
+A run's sink is filled with ``--records`` records (ranks x steps, loss and samples each, as raynb.report sends them;
+past 200,000 records the sink spills the oldest to its file, as in a day-long run). Then, in the same invocation:
+- attach: ``raynb.attach(name, display=False)`` until ``run.metrics`` holds every record, plus drawing the picture
+  (the live view's HTML, decimated charts) -- what a user waits for after a kernel restart (target <= 2 s for 1M);
+- baseline: drawing the same picture from records already in this process (no transfer), the floor.
+Prints JSON; quote the ratio and the absolute time with the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import ray
+
+import raynb
+from raynb import _metrics as metrics
+from raynb._run_registry import registry
+from raynb.display import render_bundle
+
+
+def fill(sink: object, ranks: int, steps: int, batch: int = 20_000) -> int:
+    t0, n, pending = time.time() - steps * 0.1, 0, []
+    buf = []
+    for step in range(1, steps + 1):
+        for rank in range(ranks):
+            buf.append({"rank": rank, "step": step, "time": t0 + step * 0.1, "loss": 1.0 / step, "samples": 32})
+            if len(buf) >= batch:
+                pending.append(sink.push.remote(buf))  # type: ignore[attr-defined]
+                n, buf = n + len(buf), []
+    if buf:
+        pending.append(sink.push.remote(buf))  # type: ignore[attr-defined]
+        n += len(buf)
+    ray.get(pending)
+    return n
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--ranks", type=int, default=8)
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    raynb.up(local=True, progress=lambda m: print(m, file=sys.stderr))
+    steps = args.records // args.ranks
+    name = f"attach-bench-{int(time.time())}"
+    reg, sink = registry(), metrics.sink_actor()
+    spec = {"workers": args.ranks, "gpu": False, "cpus_per_worker": 1.0, "config": {}, "name": name}
+    spec |= {"worker_env": {}, "storage_path": None}
+    launcher = sink  # no launcher: the registry only needs a handle to end; the run is marked finished below
+    assert ray.get(reg.register.remote(name, {"spec": spec, "user": "bench"}, launcher, sink)) is None
+    t = time.perf_counter()
+    n = fill(sink, args.ranks, steps)
+    fill_s = time.perf_counter() - t
+    ray.get(reg.finished.remote(name, {"status": "succeeded"}))
+    summary = ray.get(sink.summary.remote())
+
+    t = time.perf_counter()
+    run = raynb.attach(name, display=False)
+    df = run.metrics
+    bundle = render_bundle(run)
+    attach_s = time.perf_counter() - t
+    assert len(df) == n and df.step.min() == 1, (len(df), n)
+
+    t = time.perf_counter()
+    render_bundle(run)
+    draw_s = time.perf_counter() - t
+    out = {
+        "what": "raynb.attach(name) of a finished run until run.metrics holds every record and the picture is drawn",
+        "records": n,
+        "ranks": args.ranks,
+        "sink_records_spilled_to_file": summary["records"] - 200_000 if summary["records"] > 200_000 else 0,
+        "fill_s": round(fill_s, 2),
+        "attach_to_picture_s": round(attach_s, 3),
+        "baseline_picture_from_memory_s": round(draw_s, 3),
+        "ratio_attach_over_baseline": round(attach_s / draw_s, 1) if draw_s else None,
+        "picture_html_bytes": len(bundle["text/html"]),
+        "target_s": 2.0,
+    }
+    ray.get(reg.remove.remote(name))
+    print(json.dumps(out, indent=1))
+    if args.out:
+        Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    raynb.down(force=True)
+
+
+if __name__ == "__main__":
+    main()
