@@ -215,7 +215,7 @@ def test_checkpoint_report_with_none_on_other_ranks_reaches_storage(cluster: ray
 
 def test_a_lost_worker_restarts_the_run_from_its_checkpoint(cluster: raynb.Cluster, tmp_path: Path) -> None:
     """``max_failures=1``: rank 1 kills its own process (SIGKILL) at step 5 of the first attempt; Ray Train starts
-    the workers again, the function resumes from the checkpoint of step 4 (Ray's ``get_checkpoint`` idiom), the run
+    the workers again, the function resumes from its latest checkpoint (Ray's ``get_checkpoint`` idiom), the run
     succeeds, and the records and the view say which attempt they belong to."""
 
     def fn(config: dict) -> None:
@@ -248,5 +248,6 @@ def test_a_lost_worker_restarts_the_run_from_its_checkpoint(cluster: raynb.Clust
     df = run.metrics
     assert run.attempt == 2 and set(df.attempt) == {1, 2}, df
     second = df[df.attempt == 2]
-    assert second.step.min() == 5 and second.step.max() == 8  # resumed after step 4's checkpoint, not from step 1
+    # resumed after a checkpoint (step 2 or 4: Train registers a checkpoint a moment after its report), not from 1
+    assert second.step.min() in (3, 5) and second.step.max() == 8, second
     assert "attempt 2 of 2 (restarted after a worker failed)" in render_bundle(run)["text/plain"]
