@@ -30,7 +30,9 @@ KNOWN_NOISE = (
 #: Where Ray Train begins reporting a failure that raynb reports itself.
 _FAILURE_START = re.compile(
     r"^(Error in training function:|\[FailurePolicy\]|Error: Training failed due to worker errors|"
-    r"ray\.train\.\w*Error: Training failed)"
+    r"ray\.train\.\w*Error: Training failed|"
+    # Train's resource-request retry on a busy machine, with a traceback; Ray itself says it is safe to ignore
+    r"Failed to send resource request for )"
 )
 #: Lines that continue such a report: tracebacks, indented details, snippets, the exception line, blank lines.
 _FAILURE_MORE = re.compile(r"^(Traceback |\s|\[Rank \d+ Error Snippet\]|[\w.]+(Error|Exception|Interrupt)\b|$)")

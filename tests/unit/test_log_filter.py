@@ -37,3 +37,21 @@ def test_rays_copies_of_the_failure_and_its_chatter_stay_out() -> None:
 
 def test_a_message_of_several_lines_is_filtered_line_by_line() -> None:
     assert LineFilter().text("".join(FAILING_RUN[:4])) == FAILING_RUN[1]
+
+
+def test_trains_resource_request_retry_on_a_busy_machine_stays_out() -> None:
+    """Seen in JupyterLab while a background run went on (Ray 2.58, 2-core machine under load)."""
+    C2 = "\x1b[36m(TrainController pid=30596)\x1b[0m "
+    lines = [
+        C2 + "Failed to send resource request for train-0fe5773610d54c8eb69a216069ccb555. If this only happens "
+        "transiently during network partition or CPU being overloaded, it's safe to ignore this error. If this error "
+        "persists, file a GitHub issue.\n",
+        C2 + "Traceback (most recent call last):\n",
+        C2
+        + '  File "/work/main/.venv/lib/python3.11/site-packages/ray/_private/worker.py", line 1004, in get_objects\n',
+        C2 + "    ] = self.core_worker.get_objects(\n",
+        C2 + "ray.exceptions.GetTimeoutError: Get timed out: some object(s) not ready.\n",
+        C2 + "a line of the controller's that is not part of it\n",
+    ]
+    f = LineFilter()
+    assert [ln for ln in lines if f.keep(ln)] == [lines[-1]]
