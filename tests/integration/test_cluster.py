@@ -96,7 +96,9 @@ TOKEN_SCRIPT = textwrap.dedent("""
         print("RESULT " + json.dumps(out))
         sys.exit(0)
     t0 = time.monotonic()
-    session.connect(client, dashboard_url=dash, timeout=60)
+    # Ray 2.58's Ray Client sometimes needs a second attempt in token mode on a loaded machine (its per-client server
+    # start times out, ~30 s each): raynb retries; allow for that here
+    session.connect(client, dashboard_url=dash, timeout=150)
     import ray
     out["connected_s"] = time.monotonic() - t0
     out["cpus"] = ray.cluster_resources().get("CPU")
