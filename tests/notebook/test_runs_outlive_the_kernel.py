@@ -22,16 +22,6 @@ def _value(kc, expr: str) -> str:
     return _printed(out).strip()
 
 
-def _start_in_background(kc, name: str, n: int, dt: float, *, until_step: int) -> None:
-    """Start a background run as ``r`` and wait until it has reported ``until_step`` steps."""
-    out = run(kc, f"%%raytrain --workers 2 --background --out r --name {name}\n" + LOOP.format(n=n, dt=dt))
-    assert not errors(out), text(out)
-    deadline = time.monotonic() + 120
-    while int(_value(kc, "r.step")) < until_step and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert int(_value(kc, "r.step")) >= until_step
-
-
 def _printed(msgs: list[dict]) -> str:
     return "".join(m["content"]["text"] for m in msgs if m["msg_type"] == "stream")
 
@@ -88,7 +78,11 @@ def test_a_run_outlives_a_killed_kernel_and_is_attached_from_a_new_one(home: dic
     with kernel(env=home) as (km, kc):
         up = run(kc, "%load_ext raynb\n%raycluster up --local", timeout=300)
         assert not errors(up), text(up)
-        _start_in_background(kc, "outlive", 240, 0.25, until_step=5)
+        out = run(kc, "%%raytrain --workers 2 --background --out r --name outlive\n" + LOOP.format(n=240, dt=0.25))
+        assert not errors(out), text(out)
+        deadline = time.monotonic() + 120
+        while int(_value(kc, "r.step")) < 5 and time.monotonic() < deadline:
+            time.sleep(0.5)
         km.shutdown_kernel(now=True)  # SIGKILL: no atexit, no goodbye
     time.sleep(5)  # longer than the head waits for a kernel: the run's lease keeps it up
     with kernel(env=home) as (_km, kc):
@@ -120,7 +114,11 @@ def test_stop_from_another_kernel_and_the_refusals(home: dict[str, str]) -> None
         for kc in (a, b):
             up = run(kc, "%load_ext raynb\nimport raynb\n%raycluster up --local", timeout=300)
             assert not errors(up), text(up)
-        _start_in_background(a, "long", 10_000, 0.2, until_step=3)
+        out = run(a, "%%raytrain --workers 2 --background --out r --name long\n" + LOOP.format(n=10_000, dt=0.2))
+        assert not errors(out), text(out)
+        deadline = time.monotonic() + 120
+        while int(_value(a, "r.step")) < 3 and time.monotonic() < deadline:
+            time.sleep(0.5)
         # a second run with a name in use: refused, with a way out
         dup = errors(run(b, "%%raytrain --workers 1 --name long\npass\n", timeout=60))
         assert dup and "A run named 'long' is going on on this cluster" in dup[0]["evalue"], dup
