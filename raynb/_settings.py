@@ -68,7 +68,11 @@ class Settings:
         "read the run)",
     )
     start_timeout_s: float = option(120.0, "seconds `up --local` waits for the embedded head")
-    connect_timeout_s: float = option(60.0, "seconds Ray Client connects may retry")
+    connect_timeout_s: float = option(
+        120.0,
+        "seconds Ray Client connects may retry (in token mode Ray 2.58 sometimes spends ~30 s on a first attempt that "
+        "fails before the next one connects)",
+    )
     health_check_interval_s: float = option(
         2.0,
         "how often Ray Train's controller polls workers; a checkpointing ray.train.report() blocks about this "
