@@ -5,7 +5,7 @@ and its metrics sink are detached actors, and this registry holds their handles 
 find them again (name, shape, who started it, status, outcome). Killing the kernel, restarting it or losing the
 connection leaves all of it running; ``raynb.runs()`` and ``raynb.attach(name)`` read it back.
 
-Finished runs stay attachable (status, metrics, error, checkpoint) until removed (``raynb.rm``) or until more than
+Finished runs stay attachable (status, metrics, error, checkpoint) until removed (``raynb.remove_run``) or until more than
 ``KEEP_FINISHED`` finished runs exist, when the oldest finished ones go first.
 """
 
@@ -15,6 +15,7 @@ import asyncio
 import time
 from typing import Any
 
+from . import _session
 from ._detached import NAMESPACE, on_head
 from .errors import UsageError
 
@@ -158,17 +159,23 @@ def find_registry() -> Any | None:
         return None
 
 
+#: (connection generation, handle): the registry asked for once per connection, not on every run's start
+_known: tuple[int, Any] | None = None
+
+
 def registry() -> Any:
     """The cluster's registry, created on first use (detached: it outlives every kernel; 0 CPUs, on the head)."""
     import ray
 
-    found = find_registry()
-    if found is not None:
-        return found
+    global _known
+    if _known is not None and _known[0] == _session.generation():
+        return _known[1]
     cls = ray.remote(num_cpus=0, max_concurrency=1000)(RunRegistry)
-    return cls.options(
+    handle = cls.options(
         name=NAME, namespace=NAMESPACE, lifetime="detached", get_if_exists=True, resources=on_head()
     ).remote()
+    _known = (_session.generation(), handle)
+    return handle
 
 
 def free_name(name: str, *, given: bool) -> str:
