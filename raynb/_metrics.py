@@ -2,9 +2,11 @@
 
 Worker side, :func:`report` appends a record to an in-process queue (microseconds, never a Ray call, never a CUDA
 sync: tensors are converted later) and a flusher thread ships batches with fire-and-forget ``push.remote``. The sink
-is an async, detached actor with ``num_cpus=0`` that keeps the run's whole history. The notebook long-polls ``read``
-from a background thread (from the start when it attaches later). This module must
-stay importable on workers: it imports nothing heavier than Ray.
+is an async, detached actor with ``num_cpus=0`` that keeps the run's whole history and, as records arrive, the run's
+picture (``display/aggregate.py``: bounded, a few thousand points however long the run). The notebook long-polls the
+picture from a background thread -- a kernel following 512 ranks draws from kilobytes, not from every record -- and
+reads the records themselves only when asked (``run.metrics``). This module must stay importable on workers: it
+imports nothing heavier than Ray.
 """
 
 from __future__ import annotations
@@ -14,13 +16,14 @@ import collections
 import contextlib
 import json
 import os
+import pickle
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 from ._detached import NAMESPACE, exit_unless_claimed, on_head
+from .display.aggregate import Aggregate
 
 __all__ = ["report", "Reporter", "MetricsSink", "MetricStream", "current_reporter"]
 
@@ -156,6 +159,8 @@ class MetricsSink:
         self._attempt = 0  # Ray Train starts the worker group again after a failure (max_failures): one more
         self._last_report: float | None = None
         self._ranks: set[int] = set()
+        self._picture = Aggregate()
+        self._version = 0  # one more for each push or event: what a notebook's picture is up to date with
         self._claimed = threading.Event()
         if ttl_s is not None:
             exit_unless_claimed(self._claimed, ttl_s)
@@ -173,6 +178,8 @@ class MetricsSink:
             self._ranks.add(int(r.get("rank") or 0))
         if records:
             self._last_report = records[-1].get("time")
+            self._picture.add(records)
+            self._version += 1
         if len(self._records) > self._mem:
             self._spill_oldest(len(self._records) - self._mem // 2)
         self._new.set()
@@ -183,6 +190,7 @@ class MetricsSink:
             self._attempt += 1
         event.setdefault("attempt", max(self._attempt, 1))
         self._events.append(event)
+        self._version += 1
         self._new.set()
 
     async def summary(self) -> dict[str, Any]:
@@ -193,6 +201,19 @@ class MetricsSink:
             "ranks": len(self._ranks),
             "attempt": max(self._attempt, 1),
         }
+
+    async def picture(
+        self, version: int, event_cursor: int, timeout: float = 0.5
+    ) -> tuple[int, bytes | None, list[dict], dict[str, Any]]:
+        """The run's picture if it changed since ``version`` (pickled here, between pushes, so it is consistent),
+        the events after ``event_cursor`` and the summary; waits up to ``timeout`` for a change."""
+        if version >= self._version and event_cursor >= len(self._events):
+            self._new.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._new.wait(), timeout)
+        changed = version < self._version
+        pic = pickle.dumps(self._picture, protocol=pickle.HIGHEST_PROTOCOL) if changed else None
+        return self._version, pic, self._events[event_cursor:], await self.summary()
 
     async def read(
         self, cursor: int, event_cursor: int, timeout: float = 0.5, limit: int = 100_000
@@ -260,26 +281,25 @@ def sink_actor(ttl_s: float | None = None) -> Any:
 
 
 class MetricStream:
-    """Notebook side: a thread that long-polls the sink and keeps every record and event, in arrival order."""
+    """Notebook side: a thread that long-polls the sink for the run's picture and events; the records themselves are
+    read from the sink when asked for (``records``), and once more when the run ends (``stop``)."""
 
-    def __init__(
-        self,
-        sink: Any,
-        on_data: Callable[[list[dict], list[dict]], None] | None = None,
-        poll_timeout: float = 0.25,
-        min_gap: float = 0.1,
-    ) -> None:
+    def __init__(self, sink: Any, poll_timeout: float = 0.25, min_gap: float = 0.1) -> None:
         self.sink = sink
-        self.records: list[dict[str, Any]] = []
+        self.picture: Aggregate | None = None
         self.events: list[dict[str, Any]] = []
-        self.arrivals: list[float] = []  # driver time each record arrived (latency measurements)
-        self.on_data = on_data
+        self.summary: dict[str, Any] = {}
+        #: (arrival time here, newest record's report time) for each new picture: how far behind the view is
+        self.arrivals: list[tuple[float, float]] = []
         self.poll_timeout = poll_timeout
-        # Each drain is a Ray Client round trip through the head: at most one per `min_gap` keeps the notebook's
+        # Each poll is a Ray Client round trip through the head: at most one per `min_gap` keeps the notebook's
         # share of a small machine's CPU low while latency stays ~ flush interval + min_gap.
         self.min_gap = min_gap
         self.changed = threading.Event()
-        self._cursor = 0
+        self._version = 0
+        self._records: list[dict[str, Any]] = []
+        self._records_lock = threading.Lock()
+        self._records_final = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
@@ -289,22 +309,49 @@ class MetricStream:
         self._thread.start()
         return self
 
-    def poll_once(self, timeout: float | None = None) -> int:
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        """Every record so far, in arrival order (read from the sink up to now, unless the run has ended and they
+        are all here already)."""
+        if not self._records_final:
+            self.fetch_records()
+        return self._records
+
+    def fetch_records(self, *, final: bool = False, chunk: int = 200_000) -> None:
         import ray
 
-        cursor, recs, evs = ray.get(
-            self.sink.read.remote(self._cursor, len(self.events), self.poll_timeout if timeout is None else timeout)
+        with self._records_lock:
+            if self._records_final:
+                return
+            try:
+                while True:
+                    _cursor, recs, _ = ray.get(self.sink.read.remote(len(self._records), 1 << 62, 0.0, chunk))
+                    self._records.extend(recs)
+                    if len(recs) < chunk:
+                        break
+            except Exception as e:  # noqa: BLE001 - the sink is gone (cluster down): keep what was read
+                if self.error is None:
+                    self.error = e
+                final = True
+            self._records_final = final
+
+    def poll_once(self, timeout: float | None = None) -> bool:
+        import ray
+
+        version, pic, evs, summary = ray.get(
+            self.sink.picture.remote(self._version, len(self.events), self.poll_timeout if timeout is None else timeout)
         )
-        now = time.time()
-        self._cursor = cursor
-        if recs or evs:
-            self.records.extend(recs)
-            self.arrivals.extend([now] * len(recs))
-            self.events.extend(evs)
-            if self.on_data:
-                self.on_data(recs, evs)
-            self.changed.set()
-        return len(recs) + len(evs)
+        self.summary = summary
+        if pic is None and not evs:
+            return False
+        self._version = version
+        if pic is not None:
+            self.picture = pickle.loads(pic)
+            if summary.get("last_report"):
+                self.arrivals.append((time.time(), summary["last_report"]))
+        self.events.extend(evs)
+        self.changed.set()
+        return True
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -315,7 +362,9 @@ class MetricStream:
                 self.error = e
                 return
 
-    def stop(self, final_drain: bool = True) -> None:
+    def stop(self, final_drain: bool = True, *, keep_records: bool = True) -> None:
+        """Stop following. ``final_drain``: bring the picture up to date; ``keep_records``: then read every record
+        in a background thread (``records`` waits for it), so the run's table outlives the cluster."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
@@ -325,3 +374,7 @@ class MetricStream:
                     pass
             except Exception as e:  # noqa: BLE001
                 self.error = e
+            if keep_records and self.error is None:
+                threading.Thread(
+                    target=self.fetch_records, kwargs={"final": True}, name="raynb-records", daemon=True
+                ).start()

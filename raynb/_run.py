@@ -9,20 +9,19 @@ and stopping kills the launcher. Starting runs is ``_train.py``'s job; finding t
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import getpass
 import signal
 import socket
 import threading
 import time
 from collections.abc import Callable, Generator
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from . import _metrics
 from ._launcher import prewarm, take_spare
 from ._run_error import RunError, assemble_error, nccl_hint
 from ._run_registry import registry
+from ._run_spec import RunSpec
 from ._settings import Settings
 from .errors import ConnectError, RunAborted, TrainingFailedError, UsageError
 
@@ -42,34 +41,6 @@ def active_run() -> Run | None:
 def set_active(run: Run | None) -> None:
     global _active
     _active = run
-
-
-@dataclass
-class RunSpec:
-    workers: int
-    gpu: bool
-    cpus_per_worker: float
-    config: dict[str, Any]
-    name: str
-    worker_env: dict[str, str]
-    storage_path: str | None
-    cell_file: str | None = None
-    cell_source: str | None = None
-    cwd: str | None = None
-    #: a faster network than sockets is expected between nodes (EFA requested): sockets then count as a fallback
-    expect_efa: bool = False
-    gdr_expected: bool | None = None
-    user_env: dict[str, str] | None = None
-    #: TorchTrainer's keyword arguments (ScalingConfig, RunConfig, ...), merged in the notebook
-    trainer_kwargs: dict[str, Any] = field(default_factory=dict)
-    #: where the run's launcher renews its lease on the embedded head (None on Kubernetes)
-    leases_dir: str | None = None
-    #: restarts allowed after a worker fails (Ray Train's FailureConfig)
-    max_failures: int = 0
-
-    def summary(self) -> dict[str, Any]:
-        """What a kernel that attaches later needs (Ray's objects stay behind: datasets can be large)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "trainer_kwargs"}
 
 
 class Run:
@@ -96,6 +67,9 @@ class Run:
         self._fit_outcome: dict[str, Any] | None = None
         self._fit_exc: BaseException | None = None
         self._payload = b""
+        #: read every record into this kernel when the run ends (a run started here); an attached run's records
+        #: stay on the cluster until asked for (``run.metrics``)
+        self._keep_records = True
         #: starts the same function again with changes (set by whoever started this run: ``_train.py``)
         self._rerun: Callable[..., Run] | None = None
 
@@ -107,6 +81,15 @@ class Run:
     @property
     def events(self) -> list[dict[str, Any]]:
         return self.stream.events if self.stream else []
+
+    @property
+    def picture(self) -> Any:
+        """The run's charts as its sink aggregates them (``display.aggregate.Aggregate``), or None before one."""
+        return self.stream.picture if self.stream else None
+
+    @property
+    def _summary(self) -> dict[str, Any]:
+        return self.stream.summary if self.stream else {}
 
     @property
     def metrics(self) -> Any:
@@ -132,12 +115,11 @@ class Run:
     @property
     def attempt(self) -> int:
         """1 for the first try; each restart after a worker failure (``max_failures``) counts one more."""
-        return max((int(r.get("attempt", 1)) for r in self.records), default=1)
+        return int(self._summary.get("attempt", 1))
 
     @property
     def step(self) -> int:
-        recs = self.records
-        return max((r.get("step", 0) for r in recs), default=0) if recs else 0
+        return int(self._summary.get("step", 0))
 
     def rate(self, key: str = "tokens", *, skip_steps: int | None = None) -> float:
         """Steady-state throughput of a reported count (``tokens``, ``samples``): the sum over ranks per second of
@@ -166,7 +148,7 @@ class Run:
         """A human phase: starting workers, running, or the final status."""
         if self.status in TERMINAL:
             return self.status
-        if self.records or self.status == "running":
+        if self._summary.get("records") or self.status == "running":
             return "running"
         return "starting workers"
 
@@ -285,6 +267,7 @@ class Run:
         run = cls(RunSpec(**info["spec"]), settings)
         run.started_at, run.status = info["started"], "running"
         run._launcher, run._sink, run._registry = launcher, sink, reg
+        run._keep_records = False
         run.stream = _metrics.MetricStream(sink).start()
         threading.Thread(target=run._watch_fit, name="raynb-fit-watch", daemon=True).start()
         return run
@@ -341,15 +324,15 @@ class Run:
         if (
             self.status == "starting"
             and self.stream
-            and (self.stream.records or any(e.get("kind") == "worker_started" for e in self.stream.events))
+            and (self._summary.get("records") or any(e.get("kind") == "worker_started" for e in self.stream.events))
         ):
             self.status = "running"
-        if self.first_step_at is None and self.stream and self.stream.records:
+        if self.first_step_at is None and self._summary.get("records"):
             self.first_step_at = time.time()
 
     def _finish(self) -> None:
         if self.stream:
-            self.stream.stop(final_drain=not self._lost_connection)
+            self.stream.stop(final_drain=not self._lost_connection, keep_records=self._keep_records)
         self._note_progress()
         self.ended_at = self.ended_at or time.time()
         out = self._fit_outcome
@@ -392,7 +375,7 @@ class Run:
                 pass
         self._done.wait(timeout)
         if self.stream:
-            self.stream.stop(final_drain=True)
+            self.stream.stop(final_drain=True, keep_records=self._keep_records)
         self.ended_at = time.time()
         self.status = "aborted"
         self.aborted_at_step = max(step, self.step)

@@ -11,6 +11,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from .aggregate import aggregate_of
 from .run_view import run_html, run_text
 
 if TYPE_CHECKING:
@@ -81,7 +82,7 @@ class LiveView:
 
     def _key(self) -> tuple[Any, ...]:
         r = self.run
-        return (r.status, r.phase, len(r.records), len(r.events), int(r.elapsed))
+        return (r.status, r.phase, aggregate_of(r).records, len(r.events), int(r.elapsed))
 
     def start(self) -> LiveView:
         if self.mode == "html":

@@ -1,13 +1,16 @@
-"""Incremental aggregation of a run's records for the live view: each redraw costs O(new records), not O(all).
+"""The picture of a run, aggregated as records arrive: each record costs O(1) and the whole stays bounded.
 
-Records of one rank arrive in step order (one Reporter per worker process keeps them in order), so per-rank series
-only ever append. Cross-rank views (mean metric, total throughput) are kept as per-step sums.
+One :class:`Aggregate` lives in the run's metrics sink on the cluster (``_metrics.py``) and is what a notebook
+fetches to draw: a day-long run of many ranks is a few thousand points, not millions of records. Records of one rank
+arrive in step order (one Reporter per worker process keeps them in order), so per-rank series only append.
+Cross-rank views (mean metric, total throughput) are per-step sums, kept open for the last ``OPEN_STEPS`` steps (a
+slow rank may lag that far) and then folded into a decimated series. Per-rank lines are kept only for runs of up to
+``RANK_LINES`` ranks -- beyond that the picture shows cross-rank views only.
 """
 
 from __future__ import annotations
 
 import weakref
-from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 from .series import _COUNT_KEYS, Series, _num, pick_key, rate_of
@@ -15,34 +18,125 @@ from .series import _COUNT_KEYS, Series, _num, pick_key, rate_of
 if TYPE_CHECKING:
     from .viewed_run import ViewedRun
 
-__all__ = ["Aggregate", "aggregate_of"]
+__all__ = ["Aggregate", "Decimated", "aggregate_of"]
+
+Points = list[tuple[float, float]]
+RANK_LINES = 8
+OPEN_STEPS = 64
+
+
+class Decimated:
+    """A series held to at most ``cap`` points: past that, neighbours are averaged in pairs and later points are
+    averaged in buckets twice as large. ``per_point`` says how many appended points one kept point stands for."""
+
+    __slots__ = ("_acc", "cap", "per_point", "points")
+
+    def __init__(self, cap: int = 1024) -> None:
+        self.cap, self.per_point = cap, 1
+        self.points: Points = []
+        self._acc = [0.0, 0.0, 0]
+
+    def append(self, x: float, y: float) -> None:
+        acc = self._acc
+        acc[0] += x
+        acc[1] += y
+        acc[2] += 1
+        if acc[2] >= self.per_point:
+            self.points.append((acc[0] / acc[2], acc[1] / acc[2]))
+            self._acc = [0.0, 0.0, 0]
+            if len(self.points) > self.cap:
+                p = self.points
+                self.points = [((a[0] + b[0]) / 2, (a[1] + b[1]) / 2) for a, b in zip(p[::2], p[1::2], strict=False)]
+                if len(p) % 2:
+                    self._acc = [p[-1][0] * self.per_point, p[-1][1] * self.per_point, self.per_point]
+                self.per_point *= 2
+
+    def view(self) -> Points:
+        acc = self._acc
+        return self.points + ([(acc[0] / acc[2], acc[1] / acc[2])] if acc[2] else [])
+
+    def __len__(self) -> int:
+        return len(self.points) + (1 if self._acc[2] else 0)
+
+
+class _PerStep:
+    """Per-step sums across ranks: open for the newest ``OPEN_STEPS`` steps, then folded into a decimated series
+    (steps every rank reached only, when ``complete_only``). A report for a step already folded is dropped."""
+
+    __slots__ = ("complete_only", "done", "folded_upto", "open")
+
+    def __init__(self, complete_only: bool) -> None:
+        self.open: dict[float, list[float]] = {}
+        self.done = Decimated()
+        self.folded_upto = float("-inf")
+        self.complete_only = complete_only
+
+    def add(self, step: float, value: float, ranks: int) -> None:
+        if step <= self.folded_upto:
+            return
+        acc = self.open.setdefault(step, [0.0, 0])
+        acc[0] += value
+        acc[1] += 1
+        if len(self.open) > 2 * OPEN_STEPS:
+            keys = sorted(self.open)
+            for k in keys[: len(keys) - OPEN_STEPS]:
+                self._fold(k, self.open.pop(k), ranks)
+                self.folded_upto = k
+
+    def _fold(self, step: float, acc: list[float], ranks: int) -> None:
+        if self.complete_only:
+            if acc[1] == ranks:
+                self.done.append(step, acc[0])
+        else:
+            self.done.append(step, acc[0] / acc[1])
+
+    def view(self, ranks: int, *, mean: bool) -> Points:
+        tail = [
+            (x, s / n if mean else s) for x, (s, n) in sorted(self.open.items()) if not self.complete_only or n == ranks
+        ]
+        return self.done.view() + tail
 
 
 class Aggregate:
     def __init__(self) -> None:
-        self.seen = 0
+        self.seen = 0  # records consumed by update() from a growing list
+        self.records = 0
         self.key: str | None = None
         self.unit = ""
-        self.metric: dict[int, list[tuple[float, float]]] = defaultdict(list)
-        self.metric_sum: dict[float, list[float]] = {}
-        self.tput: dict[int, list[tuple[float, float]]] = defaultdict(list)
-        self.tput_sum: dict[float, list[float]] = {}
+        self.metric_ranks: set[int] = set()
+        self.tput_ranks: set[int] = set()
+        self.metric: dict[int, Decimated] = {}
+        self.tput: dict[int, Decimated] = {}
+        self._mean = _PerStep(complete_only=False)
+        self._total = _PerStep(complete_only=True)
         self._prev_t: dict[int, float] = {}
-        #: per step: the counts every rank reported (samples/tokens) and the latest time one of them arrived
+        #: per step: the counts every rank reported (samples/tokens), the latest time one arrived, how many ranks
         self._counts: dict[float, list[float]] = {}
-        self._pending: list[dict[str, Any]] = []  # records seen before the plotted key is known
+        self._pending: list[dict[str, Any]] = []  # records seen before the plotted key is known (bounded)
+        #: (step, attempt) where Ray Train started the workers again after a failure
+        self.restarts: list[tuple[float, int]] = []
+        self._attempt = 1
 
     def update(self, records: list[dict[str, Any]]) -> Aggregate:
-        new = records[self.seen :]
+        """Consume what is new in a list that only grows."""
+        self.add(records[self.seen :])
         self.seen = len(records)
-        for r in new:
+        return self
+
+    def add(self, records: list[dict[str, Any]]) -> Aggregate:
+        for r in records:
+            self.records += 1
             rank = int(r.get("rank", 0))
             step = float(r.get("step", 0))
             t = _num(r.get("time"))
+            attempt = int(r.get("attempt") or 1)
+            if attempt > self._attempt:
+                self._attempt = attempt
+                self.restarts.append((step, attempt))
             if self.key is None:
                 self.key = pick_key(r)
                 if self.key is None:
-                    self._pending.append(r)
+                    self._pending = [*self._pending[-999:], r]
                 else:
                     for p in self._pending:
                         self._add_metric(p)
@@ -55,36 +149,58 @@ class Aggregate:
                 acc_c[0] += count
                 acc_c[1] = max(acc_c[1], t)
                 acc_c[2] += 1
+                if len(self._counts) > 4 * OPEN_STEPS:
+                    self._prune_counts()
             got = rate_of(r, self._prev_t.get(rank))
             if t is not None:
                 self._prev_t[rank] = t
             if got is not None:
                 rate, self.unit = got[0], self.unit or got[1]
-                self.tput[rank].append((step, rate))
-                acc = self.tput_sum.setdefault(step, [0.0, 0])
-                acc[0] += rate
-                acc[1] += 1
+                self._per_rank(self.tput, self.tput_ranks, rank, step, rate)
+                self._total.add(step, rate, len(self.tput_ranks))
         return self
+
+    def _per_rank(self, lines: dict[int, Decimated], ranks: set[int], rank: int, step: float, v: float) -> None:
+        ranks.add(rank)
+        if len(ranks) > RANK_LINES:
+            lines.clear()
+            return
+        lines.setdefault(rank, Decimated()).append(step, v)
 
     def _add_metric(self, r: dict[str, Any]) -> None:
         v = _num(r.get(self.key)) if self.key else None
         if v is None:
             return
         step = float(r.get("step", 0))
-        self.metric[int(r.get("rank", 0))].append((step, v))
-        acc = self.metric_sum.setdefault(step, [0.0, 0])
-        acc[0] += v
-        acc[1] += 1
+        self._per_rank(self.metric, self.metric_ranks, int(r.get("rank", 0)), step, v)
+        self._mean.add(step, v, len(self.metric_ranks))
+
+    def _prune_counts(self) -> None:
+        """Keep what counted_rate can use: the newest steps (a minute of them, at least 16)."""
+        by_time = sorted(self._counts.items(), key=lambda kv: kv[1][1])
+        t_end = by_time[-1][1][1]
+        for k, (_c, t, _n) in by_time[:-16]:
+            if t < t_end - 60:
+                del self._counts[k]
 
     # --- views ---------------------------------------------------------------------------------------------------
-    def metric_series(self) -> Series:
-        return {f"rank {k}": v for k, v in sorted(self.metric.items())}
+    @property
+    def ranks(self) -> int:
+        return max(len(self.tput_ranks), len(self.metric_ranks), 1)
 
-    def metric_mean(self) -> list[tuple[float, float]]:
-        return [(x, s / n) for x, (s, n) in sorted(self.metric_sum.items())]
+    @property
+    def steps_per_point(self) -> int:
+        """How many reports one plotted point averages (1 until a long run is decimated)."""
+        return max((s.per_point for s in [*self.metric.values(), *self.tput.values(), self._total.done]), default=1)
+
+    def metric_series(self) -> Series:
+        return {f"rank {k}": v.view() for k, v in sorted(self.metric.items())}
+
+    def metric_mean(self) -> Points:
+        return self._mean.view(len(self.metric_ranks), mean=True)
 
     def tput_series(self) -> Series:
-        return {f"rank {k}": v for k, v in sorted(self.tput.items())}
+        return {f"rank {k}": v.view() for k, v in sorted(self.tput.items())}
 
     @property
     def has_counts(self) -> bool:
@@ -94,7 +210,7 @@ class Aggregate:
         """Cluster throughput from reported counts: what all ranks counted over the last ``window_s`` seconds of
         complete steps, divided by that time. Needs ``min_span_s`` of reports: a burst of back-to-back reports has no
         time base, so None (shown as "–"), not a made-up rate."""
-        ranks = len(self.tput) or 1
+        ranks = len(self.tput_ranks) or 1
         steps = sorted((c[1], c[0]) for c in self._counts.values() if c[2] >= ranks)  # (time, count) per step
         if len(steps) < 2:
             return None
@@ -105,10 +221,9 @@ class Aggregate:
             return None
         return sum(c for _t, c in steps[first + 1 :]) / span
 
-    def tput_total(self) -> list[tuple[float, float]]:
+    def tput_total(self) -> Points:
         """Cluster throughput per step, only for steps every reporting rank has reached."""
-        ranks = len(self.tput)
-        return [(x, s) for x, (s, n) in sorted(self.tput_sum.items()) if n == ranks]
+        return self._total.view(len(self.tput_ranks), mean=False)
 
 
 #: One aggregate per run object, dropped with the run (the display keeps a cache, never the run).
@@ -116,7 +231,11 @@ _CACHE: weakref.WeakKeyDictionary[Any, Aggregate] = weakref.WeakKeyDictionary()
 
 
 def aggregate_of(run: ViewedRun) -> Aggregate:
-    """The run's aggregate, brought up to date (cached between redraws while the run object lives)."""
+    """The run's picture: the one its sink keeps (``run.picture``), else aggregated here from ``run.records``
+    (cached between redraws while the run object lives)."""
+    picture = getattr(run, "picture", None)
+    if picture is not None:
+        return picture
     records = run.records
     try:
         agg = _CACHE.get(run)

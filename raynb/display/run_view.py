@@ -7,7 +7,7 @@ import html
 from typing import TYPE_CHECKING, Any
 
 from . import series as S
-from .aggregate import aggregate_of
+from .aggregate import RANK_LINES, aggregate_of
 from .svg import line_chart
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ def _summary(run: ViewedRun) -> dict[str, Any]:
     agg = aggregate_of(run)
     mean = agg.metric_mean()
     total = agg.tput_total()
-    ranks = max(len(agg.tput), 1)
+    ranks = max(len(agg.tput_ranks), 1)
     # counts (samples=, tokens=) need a time base, else "–"; rates reported as such (tokens_per_s=): the median of
     # the last 10 complete steps
     rate = agg.counted_rate() if agg.has_counts else S.median(y for _, y in total[-10:])
@@ -103,24 +103,27 @@ def run_html(run: ViewedRun, *, nccl_html: str = "", show_error: bool = True) ->
     phase = run.phase
     color = _PHASE_COLORS.get(phase, "#6c757d")
     agg = s["agg"]
-    few_ranks = len(agg.metric) <= 8
+    few_ranks = len(agg.metric_ranks) <= RANK_LINES
     vals = agg.metric_series() if few_ranks else {}
     loss_lines = vals if few_ranks and S.differ(vals) else ({"mean over ranks": s["mean"]} if s["mean"] else {})
-    raw = agg.tput_series() if len(agg.tput) <= 8 else {}
+    raw = agg.tput_series() if len(agg.tput_ranks) <= RANK_LINES else {}
     per_rank = bool(raw) and S.differ(raw, 0.15)
     shown = raw if per_rank else ({"all workers": s["total"]} if s["total"] else {})
     window = S.smoothing_window(max((len(v) for v in shown.values()), default=0))
     tput_lines = {k: S.smooth(v, window) for k, v in shown.items()}
-    smoothing = f", rolling mean of {window} steps" if window > 1 else ""
+    per_point = agg.steps_per_point
+    smoothing = f", rolling mean of {window * per_point} steps" if window * per_point > 1 else ""
+    marks = [(x, f"restart {a}") for x, a in agg.restarts]
     charts = ""
     if loss_lines or not finished:  # a finished run shows no "waiting" frames
-        charts += line_chart(loss_lines, title=s["key"] or "loss", chart_id="loss")
+        charts += line_chart(loss_lines, title=s["key"] or "loss", chart_id="loss", marks=marks)
     if tput_lines or not finished:
         charts += line_chart(
             tput_lines,
             title=("throughput per rank" if per_rank else "throughput, all workers") + smoothing,
             unit=s["unit"],
             chart_id="throughput",
+            marks=marks,
             empty_text="report samples= or tokens= to see throughput",
         )
     stats = [
@@ -140,7 +143,7 @@ def run_html(run: ViewedRun, *, nccl_html: str = "", show_error: bool = True) ->
         )
     return (
         f'<div class="raynb-run" data-run="{html.escape(run.name)}" data-status="{run.status}" '
-        f'data-phase="{html.escape(phase)}" data-step="{run.step}" data-records="{len(run.records)}" '
+        f'data-phase="{html.escape(phase)}" data-step="{run.step}" data-records="{agg.records}" '
         f'style="font-family:sans-serif;font-size:13px;max-width:900px">'
         f'<div style="display:flex;gap:12px;align-items:center;flex-wrap:wrap;margin-bottom:4px">'
         f'<span class="raynb-phase" style="background:{color};color:white;border-radius:10px;padding:1px 9px">'

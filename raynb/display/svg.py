@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Sequence
 
 from .series import Series, downsample
 
@@ -48,8 +49,10 @@ def line_chart(
     chart_id: str = "",
     max_points: int = 300,
     empty_text: str = "waiting for the first report",
+    marks: Sequence[tuple[float, str]] = (),
 ) -> str:
-    """An SVG chart of ``{label: [(x, y), ...]}``; ``data-points`` counts the points it was given (for tests)."""
+    """An SVG chart of ``{label: [(x, y), ...]}``; ``data-points`` counts the points it was given (for tests).
+    ``marks``: labelled vertical lines at x positions (a restart after a worker failed)."""
     npoints = sum(len(v) for v in series.values())
     left, right, top, bottom = 52, 12, 24, 28
     pw, ph = width - left - right, height - top - bottom
@@ -96,6 +99,13 @@ def line_chart(
         f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#ccc"/>'
         f'<text x="{left + pw}" y="{height - 2}" text-anchor="end" fill="#999">step</text>'
     )
+    for x, text in marks:
+        if x0 <= x <= x1:
+            parts.append(
+                f'<line class="raynb-mark" x1="{sx(x):.1f}" y1="{top}" x2="{sx(x):.1f}" y2="{top + ph}" '
+                f'stroke="#dc3545" stroke-dasharray="4 3"/><text x="{sx(x) + 3:.1f}" y="{top + 10}" fill="#dc3545" '
+                f'font-size="10">{html.escape(text)}</text>'
+            )
     for i, (label, pts) in enumerate(series.items()):
         color = PALETTE[i % len(PALETTE)]
         d = downsample(pts, max_points)
