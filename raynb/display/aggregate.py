@@ -23,6 +23,8 @@ __all__ = ["Aggregate", "Decimated", "aggregate_of"]
 Points = list[tuple[float, float]]
 RANK_LINES = 8
 OPEN_STEPS = 64
+#: steps whose counts are kept for the current throughput (it looks at the last 10 s of them)
+COUNT_STEPS = 1024
 
 
 class Decimated:
@@ -149,8 +151,9 @@ class Aggregate:
                 acc_c[0] += count
                 acc_c[1] = max(acc_c[1], t)
                 acc_c[2] += 1
-                if len(self._counts) > 4 * OPEN_STEPS:
-                    self._prune_counts()
+                if len(self._counts) > 2 * COUNT_STEPS:
+                    for k in list(self._counts)[:-COUNT_STEPS]:  # the oldest steps (dicts keep arrival order)
+                        del self._counts[k]
             got = rate_of(r, self._prev_t.get(rank))
             if t is not None:
                 self._prev_t[rank] = t
@@ -174,14 +177,6 @@ class Aggregate:
         step = float(r.get("step", 0))
         self._per_rank(self.metric, self.metric_ranks, int(r.get("rank", 0)), step, v)
         self._mean.add(step, v, len(self.metric_ranks))
-
-    def _prune_counts(self) -> None:
-        """Keep what counted_rate can use: the newest steps (a minute of them, at least 16)."""
-        by_time = sorted(self._counts.items(), key=lambda kv: kv[1][1])
-        t_end = by_time[-1][1][1]
-        for k, (_c, t, _n) in by_time[:-16]:
-            if t < t_end - 60:
-                del self._counts[k]
 
     # --- views ---------------------------------------------------------------------------------------------------
     @property

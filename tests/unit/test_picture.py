@@ -1,0 +1,80 @@
+"""The run's picture as its sink keeps it: bounded however long the run, and faithful to the records."""
+
+from __future__ import annotations
+
+import pickle
+import random
+
+from raynb.display import render_bundle
+from raynb.display.aggregate import COUNT_STEPS, OPEN_STEPS, Aggregate, Decimated
+
+from .test_display import _run
+
+
+def _records(ranks: int, steps: int, *, attempt_at: int | None = None) -> list[dict]:
+    out = []
+    for step in range(1, steps + 1):
+        for rank in range(ranks):
+            rec = {"rank": rank, "step": step, "time": step * 0.1, "loss": 10.0 / step + rank, "samples": 32}
+            if attempt_at is not None:
+                rec["attempt"] = 2 if step >= attempt_at else 1
+            out.append(rec)
+    return out
+
+
+def test_decimated_series_stays_bounded_and_keeps_the_mean() -> None:
+    d = Decimated(cap=64)
+    ys = [random.Random(1).random() for _ in range(10_000)]
+    for i, y in enumerate(ys):
+        d.append(float(i), y)
+    pts = d.view()
+    assert len(pts) <= 65 and d.per_point == 256
+    assert pts[0][0] < 256 and pts[-1][0] > 9_000  # spans the whole run
+    # every kept point is the mean of the points it stands for: the weighted mean of the whole is kept
+    kept = sum(y for _x, y in d.points) * d.per_point + d._acc[1]
+    assert abs(kept - sum(ys)) < 1e-6
+
+
+def test_a_long_wide_run_is_a_small_picture() -> None:
+    agg = Aggregate()
+    for step in range(1, 20_001):  # 16 ranks x 20,000 steps = 320,000 records, in batches as the sink gets them
+        agg.add([{"rank": r, "step": step, "time": step * 0.1, "loss": 1.0 / step, "samples": 8} for r in range(16)])
+    assert agg.records == 320_000 and agg.ranks == 16
+    assert agg.metric == {} and agg.tput == {}  # > 8 ranks: cross-rank views only
+    mean, total = agg.metric_mean(), agg.tput_total()
+    assert 100 < len(mean) <= 1024 + 2 * OPEN_STEPS and 100 < len(total) <= 1024 + 2 * OPEN_STEPS
+    assert mean[-1][0] == 20_000.0 and abs(mean[-1][1] - 1.0 / 20_000) < 1e-12 and abs(total[-1][1] - 16 * 80.0) < 1e-6
+    assert len(pickle.dumps(agg)) < 200_000  # what the notebook fetches
+    assert agg.counted_rate() == 16 * 8 / 0.1  # from the newest steps only
+    assert len(agg._counts) <= 2 * COUNT_STEPS
+
+
+def test_picture_matches_aggregating_the_records_here() -> None:
+    recs = _records(ranks=2, steps=50)
+    here = Aggregate().update(recs)
+    sink = Aggregate()
+    for i in range(0, len(recs), 7):
+        sink.add(recs[i : i + 7])
+    assert sink.metric_series() == here.metric_series() and sink.tput_total() == here.tput_total()
+    a, b = render_bundle(_run(recs)), render_bundle(_with_picture(recs, sink))
+    assert a == b
+
+
+def _with_picture(recs: list[dict], picture: Aggregate):
+    run = _run(recs)
+    run.records, run.picture = [], picture  # the view draws from the picture, never from records
+    return run
+
+
+def test_a_restart_is_marked_on_both_charts() -> None:
+    recs = _records(ranks=2, steps=30, attempt_at=12)
+    html = render_bundle(_with_picture(recs, Aggregate().add(recs)))["text/html"]
+    assert html.count('class="raynb-mark"') == 2 and "restart 2" in html
+
+
+def test_a_rank_far_behind_does_not_bend_the_mean() -> None:
+    agg = Aggregate()
+    for step in range(1, 1001):
+        agg.add([{"rank": 0, "step": step, "time": step, "loss": 1.0}])
+    agg.add([{"rank": 1, "step": 1, "time": 1, "loss": 99.0}])  # 1,000 steps late: its step was folded already
+    assert max(y for _x, y in agg.metric_mean()) == 1.0
