@@ -3,7 +3,8 @@
 ``%load_ext raynb`` gives ``%raycluster`` and ``%%raytrain``; each has a plain-Python twin:
 ``raynb.up(local=True)`` (or ``raynb.up(values="manifests/values.env")`` for the DLC RayCluster on Kubernetes),
 ``raynb.train(fn, workers=2)``, ``raynb.report(loss=...)``, ``raynb.doctor()``, ``raynb.clusters()``, ``raynb.down()``;
-runs on the cluster: ``raynb.runs()``, ``raynb.attach(name)``, ``raynb.stop_run(name)``, ``raynb.remove_run(name)``.
+runs on the cluster: ``raynb.runs()``, ``raynb.attach(name)``, ``raynb.stop_run(name)``, ``raynb.remove_run(name)``,
+``raynb.run_logs(name)``.
 
 Everything in ``__all__`` is the public API; modules with a leading underscore are the implementation. Heavy parts
 (IPython, pandas, plotly, Ray Train) load on first use, so workers import raynb cheaply.
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
     from ._probe import ProbeResult, bench
     from ._run import Run
     from ._run_error import RunError
-    from ._runs import RunList, attach, remove_run, runs, stop_run
+    from ._runs import RunList, attach, remove_run, run_logs, runs, stop_run
     from ._settings import Settings
     from ._train import train
 
@@ -59,6 +60,7 @@ __all__ = [
     "attach",
     "stop_run",
     "remove_run",
+    "run_logs",
     "RunList",
     "RunError",
     "Settings",
@@ -102,6 +104,7 @@ _LAZY = {
     "attach": "_runs",
     "stop_run": "_runs",
     "remove_run": "_runs",
+    "run_logs": "_runs",
     "RunList": "_runs",
     "Settings": "_settings",
     "doctor": "_doctor",

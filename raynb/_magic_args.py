@@ -70,7 +70,7 @@ def train_parser() -> _Parser:
 
 
 def runs_parser() -> _Parser:
-    """``%raytrain ls | attach NAME | stop NAME | rm NAME``: the runs on the connected cluster."""
+    """``%raytrain ls | attach NAME | stop NAME | rm NAME | logs NAME``: the runs on the connected cluster."""
     p = _Parser(prog="%raytrain", add_help=True, description="The runs on the connected cluster.")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
     sub.add_parser("ls", help="the runs on the cluster: name, status, step, workers, started, last report, by whom")
@@ -80,6 +80,11 @@ def runs_parser() -> _Parser:
     at.add_argument("--wait", action="store_true", help="block until the run ends (an interrupt stops the waiting)")
     for cmd, what in (("stop", "stop a running run (its workers with it)"), ("rm", "remove a finished run")):
         sub.add_parser(cmd, help=what).add_argument("name")
+    lg = sub.add_parser("logs", help="what the run's workers printed (stdout and stderr), every rank or one")
+    lg.add_argument("name")
+    lg.add_argument("--rank", type=int, help="only this rank")
+    lg.add_argument("--tail", type=int, default=200, help="the last N lines (default 200; 0 with --follow: only new)")
+    lg.add_argument("--follow", "-f", action="store_true", help="go on printing lines as they come until the run ends")
     return p
 
 

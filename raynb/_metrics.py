@@ -76,6 +76,8 @@ class Reporter:
         self.sink, self.rank = sink, rank
         self.flush_interval, self.max_in_flight, self.max_buffered = flush_interval, max_in_flight, max_buffered
         self._q: collections.deque[dict[str, Any]] = collections.deque()
+        #: what this rank printed: (time, stream, line), shipped with the records (bounded like them)
+        self._logs: collections.deque[tuple[float, str, str]] = collections.deque(maxlen=max_buffered)
         self._step = 0
         self._in_flight: list[Any] = []
         self.dropped = 0
@@ -99,6 +101,15 @@ class Reporter:
             self.dropped += 1
         self._q.append(rec)
 
+    def add_log(self, stream: str, line: str) -> None:
+        self._logs.append((time.time(), stream, line))
+
+    def _take_logs(self) -> list[tuple[float, str, str]]:
+        out = []
+        while self._logs:
+            out.append(self._logs.popleft())
+        return out
+
     def _take(self) -> list[dict[str, Any]]:
         out = []
         q = self._q
@@ -110,6 +121,8 @@ class Reporter:
     def _flush(self) -> None:
         import ray
 
+        if self._logs:
+            self._in_flight.append(self.sink.log.remote(self.rank, self._take_logs()))
         if not self._q:
             return
         if len(self._in_flight) >= self.max_in_flight:  # backpressure lands on this thread, not on training
@@ -136,6 +149,8 @@ class Reporter:
         batch = self._take()
         if batch:
             self._in_flight.append(self.sink.push.remote(batch))
+        if self._logs:
+            self._in_flight.append(self.sink.log.remote(self.rank, self._take_logs()))
         if self._in_flight:
             ray.wait(self._in_flight, num_returns=len(self._in_flight), timeout=timeout)
 
@@ -146,6 +161,8 @@ class MetricsSink:
     JSON-lines file beside the actor, so a day-long run neither grows the actor without bound nor loses a record."""
 
     SPILL_INDEX_EVERY = 1024
+    #: lines the workers printed, kept for ``%raytrain logs`` (the newest, all ranks together)
+    LOG_LINES = 100_000
 
     def __init__(self, mem_records: int = 200_000, ttl_s: float | None = None) -> None:
         self._records: list[dict[str, Any]] = []
@@ -159,6 +176,9 @@ class MetricsSink:
         self._attempt = 0  # Ray Train starts the worker group again after a failure (max_failures): one more
         self._last_report: float | None = None
         self._ranks: set[int] = set()
+        self._logs: collections.deque[dict[str, Any]] = collections.deque(maxlen=self.LOG_LINES)
+        self._log_seq = 0
+        self._new_log = asyncio.Event()
         self._picture = Aggregate()
         self._version = 0  # one more for each push or event: what a notebook's picture is up to date with
         self._claimed = threading.Event()
@@ -192,6 +212,37 @@ class MetricsSink:
         self._events.append(event)
         self._version += 1
         self._new.set()
+
+    async def log(self, rank: int, lines: list[tuple[float, str, str]]) -> None:
+        for t, stream, text in lines:
+            self._log_seq += 1
+            self._logs.append(
+                {
+                    "seq": self._log_seq,
+                    "rank": rank,
+                    "time": t,
+                    "stream": stream,
+                    "text": text,
+                    "attempt": self._attempt,
+                }
+            )
+        self._new_log.set()
+
+    async def read_logs(
+        self, after: int = 0, rank: int | None = None, tail: int | None = None, timeout: float = 0.0
+    ) -> tuple[int, list[dict[str, Any]], int]:
+        """Lines after sequence number ``after`` (of ``rank``, or all ranks; the last ``tail`` of them), waiting up
+        to ``timeout`` for one. Returns the sequence number to ask from next time, the lines, and how many lines were
+        dropped before the oldest still kept."""
+        if self._log_seq <= after and timeout > 0:
+            self._new_log.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._new_log.wait(), timeout)
+        lines = [x for x in self._logs if x["seq"] > after and (rank is None or x["rank"] == rank)]
+        if tail is not None:
+            lines = lines[-tail:] if tail > 0 else []
+        dropped = self._logs[0]["seq"] - 1 if self._logs else 0
+        return self._log_seq, lines, dropped
 
     async def summary(self) -> dict[str, Any]:
         return {

@@ -1,5 +1,6 @@
 """The runs on the connected cluster, from any kernel: list, attach, stop, remove (``raynb.runs()``,
-``raynb.attach(name)``, ``raynb.stop_run(name)``, ``raynb.remove_run(name)``; ``%raytrain ls|attach|stop|rm``). The runs themselves live in ``_run_registry.py``."""
+``raynb.attach(name)``, ``raynb.stop_run(name)``, ``raynb.remove_run(name)``, ``raynb.run_logs(name)``;
+``%raytrain ls|attach|stop|rm|logs``). The runs themselves live in ``_run_registry.py``."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from ._run_registry import ACTIVE, find_registry, registry
 from .display.tables import table
 from .errors import UsageError, not_connected
 
-__all__ = ["runs", "attach", "stop_run", "remove_run", "active_runs", "RunList"]
+__all__ = ["runs", "attach", "stop_run", "remove_run", "run_logs", "active_runs", "RunList"]
 
 _COLUMNS = ("name", "status", "step", "workers", "started", "last report", "started by")
 
@@ -155,3 +156,54 @@ def remove_run(name: str) -> str:
     if info["status"] in ACTIVE:
         raise UsageError(f"Run {name!r} is still running.", fix=f"stop it first: `%raytrain stop {name}`")
     return f"removed run {name}"
+
+
+def _log_line(x: dict[str, Any], ranks: bool) -> str:
+    prefix = (
+        f"[rank {x['rank']}{', attempt ' + str(x['attempt']) if x.get('attempt', 1) > 1 else ''}] " if ranks else ""
+    )
+    return prefix + x["text"]
+
+
+def run_logs(
+    name: str, *, rank: int | None = None, tail: int | None = 200, follow: bool = False, out: Any = print
+) -> str:
+    """What the run's workers printed (stdout and stderr of the cell, every rank or ``rank``): the last ``tail``
+    lines (None: all kept -- the newest 100,000 lines of a run), as text. ``follow``: print them with ``out`` as
+    they come until the run ends (an interrupt stops following, not the run); returns "" then."""
+    import ray
+
+    reg = _registry()
+    found = ray.get(reg.get.remote(name))
+    if found is None:
+        raise _unknown(name)
+    info, _launcher, sink = found
+    if rank is not None and not 0 <= rank < info["spec"]["workers"]:
+        raise UsageError(
+            f"Run {name!r} has ranks 0..{info['spec']['workers'] - 1}; there is no rank {rank}.",
+            fix="leave out --rank for every rank",
+        )
+    seq, lines, dropped = ray.get(sink.read_logs.remote(0, rank, tail))
+    text = [_log_line(x, rank is None) for x in lines]
+    if dropped and (tail is None or len(lines) < tail) and lines and lines[0]["seq"] <= dropped + 1:
+        text.insert(0, f"(the {dropped:,} oldest lines are no longer kept)")
+    if not follow:
+        if not text:
+            what = f"rank {rank} of run {name!r}" if rank is not None else f"run {name!r}"
+            return f"{what} has printed nothing yet ({info['status']})"
+        return "\n".join(text)
+    for line in text:
+        out(line)
+    try:
+        while True:
+            seq, lines, _ = ray.get(sink.read_logs.remote(seq, rank, None, 1.0))
+            for x in lines:
+                out(_log_line(x, rank is None))
+            if not lines and (now := ray.get(reg.get.remote(name))) is not None and now[0]["status"] not in ACTIVE:
+                seq, lines, _ = ray.get(sink.read_logs.remote(seq, rank, None, 0.0))
+                for x in lines:
+                    out(_log_line(x, rank is None))
+                out(f"(run {name} {now[0]['status']})")
+                return ""
+    except KeyboardInterrupt:
+        return ""

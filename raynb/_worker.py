@@ -84,6 +84,34 @@ class NcclWatcher:
             self._check()
 
 
+class _Tee:
+    """``sys.stdout`` / ``sys.stderr`` of a worker: writes go where they went (Ray forwards them to the kernel that
+    started the run) and each complete line also goes to the run's history (``%raytrain logs``), so a kernel that
+    attaches later, or after the one that started it is gone, can read what the cell printed."""
+
+    def __init__(self, inner: Any, name: str, rep: metrics.Reporter) -> None:
+        self._inner, self._name, self._rep, self._part = inner, name, rep, ""
+
+    def write(self, s: str) -> int:
+        n = self._inner.write(s)
+        with contextlib.suppress(Exception):
+            *lines, self._part = (self._part + s).split("\n")
+            for line in lines:
+                self._rep.add_log(self._name, line)
+        return n
+
+    def flush(self) -> None:
+        self._inner.flush()
+
+    def close_line(self) -> None:
+        if self._part:
+            self._rep.add_log(self._name, self._part)
+            self._part = ""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
 def _frames(tb: Any) -> list[dict[str, Any]]:
     out = []
     for fs in traceback.extract_tb(tb):
@@ -158,6 +186,8 @@ def run_on_worker(payload: bytes, config: dict[str, Any], sink: Any, info: dict[
     rep = metrics.Reporter(sink, rank, flush_interval=info.get("flush_interval", 0.1))
     metrics._set_reporter(rep)
     restore = _patch_train_report(rep, fast=info.get("fast_train_report", True))
+    real_out, real_err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Tee(real_out, "stdout", rep), _Tee(real_err, "stderr", rep)
     cwd = info.get("cwd")
     if cwd and os.path.isdir(cwd):
         os.chdir(cwd)  # relative paths written for the notebook keep working on a local cluster
@@ -185,6 +215,7 @@ def run_on_worker(payload: bytes, config: dict[str, Any], sink: Any, info: dict[
         fn(config)
     except BaseException as e:
         nccl.close()
+        _untee(real_out, real_err)
         rep.close()
         err = {
             "kind": "worker_error",
@@ -199,9 +230,18 @@ def run_on_worker(payload: bytes, config: dict[str, Any], sink: Any, info: dict[
         raise
     else:
         nccl.close()
+        _untee(real_out, real_err)
         rep.close()
         with contextlib.suppress(Exception):
             ray.get(sink.event.remote({"kind": "worker_done", "rank": rank, "seconds": time.time() - t0}), timeout=5)
     finally:
+        _untee(real_out, real_err)
         restore()
         metrics._set_reporter(None)
+
+
+def _untee(out: Any, err: Any) -> None:
+    for tee in (sys.stdout, sys.stderr):
+        if isinstance(tee, _Tee):
+            tee.close_line()
+    sys.stdout, sys.stderr = out, err

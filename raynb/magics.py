@@ -146,7 +146,7 @@ class RayNBMagics(Magics):
     @line_cell_magic
     def raytrain(self, line: str, cell: str | None = None) -> Any:
         """%%raytrain [--workers N] [--gpu | --cpus-per-worker C] [--config EXPR] [--name RUN] [--out VAR]
-        [--background]; as a line: %raytrain ls | attach NAME [--out VAR] | stop NAME | rm NAME"""
+        [--background]; as a line: %raytrain ls | attach NAME [--out VAR] | stop NAME | rm NAME | logs NAME [--rank R] [--tail N] [--follow]"""
         if cell is None:
             return self._runs(line)
         from ._cell import compile_cell
@@ -204,6 +204,11 @@ class RayNBMagics(Magics):
             run = _runs.attach(args.name, wait=args.wait)
             if args.out:
                 self.ip.user_ns[args.out] = run
+            return None
+        if args.cmd == "logs":
+            text = _runs.run_logs(args.name, rank=args.rank, tail=args.tail, follow=args.follow)
+            if text:
+                print(text)
             return None
         print(_runs.stop_run(args.name) if args.cmd == "stop" else _runs.remove_run(args.name))
         return None
