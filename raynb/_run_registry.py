@@ -103,6 +103,10 @@ class RunRegistry:
                 )
                 self._changed[name].set()
 
+    async def echo(self, handles: list[Any]) -> list[Any]:
+        """The handles given, back: see ``_launcher.warm_handles``."""
+        return handles
+
     async def rows(self) -> list[dict[str, Any]]:
         """Every run with its latest step and report time (asked of each active run's sink)."""
         out = []
