@@ -208,10 +208,19 @@ class MetricsSink:
         event.setdefault("time", time.time())
         if event.get("kind") == "worker_started" and event.get("rank") == 0:
             self._attempt += 1
+            if self._attempt > 1:  # Ray Train started the workers again: find out which one was lost, and why
+                before = [
+                    e for e in self._events if e.get("kind") == "worker_started" and e["attempt"] == self._attempt - 1
+                ]
+                asyncio.get_running_loop().create_task(self._explain_restart(before, self._attempt))
         event.setdefault("attempt", max(self._attempt, 1))
         self._events.append(event)
         self._version += 1
         self._new.set()
+
+    async def _explain_restart(self, before: list[dict[str, Any]], attempt: int) -> None:
+        lost = await asyncio.to_thread(_lost_workers, before)
+        await self.event({"kind": "restart", "attempt": attempt, "lost": lost})
 
     async def log(self, rank: int, lines: list[tuple[float, str, str]]) -> None:
         for t, stream, text in lines:
@@ -320,6 +329,23 @@ class MetricsSink:
                 if len(out) >= n:
                     break
         return out
+
+
+def _lost_workers(started: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Which of an attempt's worker processes died of something other than Ray Train ending them, and why (Ray's
+    state API: the dashboard's; an empty list where it cannot answer)."""
+    try:
+        from ray.util.state import list_workers
+
+        out = []
+        for ev in started:
+            for w in list_workers(filters=[("pid", "=", ev["pid"])], detail=True, raise_on_missing_output=False):
+                if w.exit_type in ("SYSTEM_ERROR", "NODE_OUT_OF_MEMORY", "USER_ERROR"):
+                    why = (w.exit_detail or w.exit_type or "").strip()
+                    out.append({"rank": ev["rank"], "node": ev.get("node"), "pid": ev["pid"], "why": why[:300]})
+        return out
+    except Exception:  # noqa: BLE001 - no dashboard (RAYNB_LOCAL_DASHBOARD=0) or an older Ray: say less
+        return []
 
 
 def sink_actor(ttl_s: float | None = None) -> Any:

@@ -34,13 +34,29 @@ def _elapsed(seconds: float) -> str:
 def _status_text(run: ViewedRun) -> str:
     phase = run.phase
     if run.attempt > 1:  # Ray Train restarted the workers after a failure (max_failures)
-        return f"{phase}, attempt {run.attempt} of {run.spec.max_failures + 1} (restarted after a worker failed)"
+        return f"{phase}, attempt {run.attempt} of {run.spec.max_failures + 1} ({_restart_text(run)})"
     if phase == "aborted":
         at = getattr(run, "aborted_at_step", None)
         return f"aborted at step {run.step if at is None else at}"
     if phase == "detached":
         return "connection lost: the run goes on on the cluster"
     return phase
+
+
+def _restart_text(run: ViewedRun) -> str:
+    """``restarted after rank 1 on node-a failed: Worker unexpectedly exits ... SIGKILL; resumed at step 5``."""
+    restart = next((e for e in reversed(run.events) if e.get("kind") == "restart"), None)
+    failed = [e for e in run.events if e.get("kind") == "worker_error" and e.get("attempt") == run.attempt - 1]
+    if restart and restart.get("lost"):
+        lost = restart["lost"][0]
+        what = f"rank {lost['rank']} on {lost['node']} died: {lost['why'].splitlines()[0][:160]}"
+    elif failed:
+        first = min(failed, key=lambda e: e["rank"])
+        what = f"rank {first['rank']} on {first['node']} raised {first['type']}: {str(first['message'])[:120]}"
+    else:
+        what = "a worker failed"
+    resumed = [x for x, a in aggregate_of(run).restarts if a == run.attempt]
+    return f"restarted after {what}" + (f"; resumed at step {resumed[0]:g}" if resumed else "")
 
 
 def _fmt_num(v: float | None) -> str:

@@ -250,4 +250,8 @@ def test_a_lost_worker_restarts_the_run_from_its_checkpoint(cluster: raynb.Clust
     second = df[df.attempt == 2]
     # resumed after a checkpoint (step 2 or 4: Train registers a checkpoint a moment after its report), not from 1
     assert second.step.min() in (3, 5) and second.step.max() == 8, second
-    assert "attempt 2 of 2 (restarted after a worker failed)" in render_bundle(run)["text/plain"]
+    banner = render_bundle(run)["text/plain"].splitlines()[0]
+    # which rank died and why (Ray's state API), and where the function resumed
+    assert "attempt 2 of 2 (restarted after rank 1 on " in banner and "died: " in banner, banner
+    assert f"resumed at step {second.step.min()}" in banner, banner
+    assert 'class="raynb-mark"' in render_bundle(run)["text/html"]  # the restart, marked on the charts

@@ -78,7 +78,8 @@ def test_a_run_outlives_a_killed_kernel_and_is_attached_from_a_new_one(home: dic
     with kernel(env=home) as (km, kc):
         up = run(kc, "%load_ext raynb\n%raycluster up --local", timeout=300)
         assert not errors(up), text(up)
-        out = run(kc, "%%raytrain --workers 2 --background --out r --name outlive\n" + LOOP.format(n=240, dt=0.25))
+        cell = LOOP.format(n=240, dt=0.25) + "    if i % 60 == 0:\n        print('rank', ray.train.get_context().get_world_rank(), 'at', i)\n"
+        out = run(kc, "%%raytrain --workers 2 --background --out r --name outlive\nimport ray.train\n" + cell)
         assert not errors(out), text(out)
         deadline = time.monotonic() + 120
         while int(_value(kc, "r.step")) < 5 and time.monotonic() < deadline:
@@ -104,6 +105,13 @@ def test_a_run_outlives_a_killed_kernel_and_is_attached_from_a_new_one(home: dic
             kc, "import raynb\nb = raynb.attach('outlive', display=False)\nprint(b.status, len(b.metrics))", timeout=120
         )
         assert "succeeded 480" in _printed(again), text(again)
+        # what the cell printed, before and after the first kernel died, per rank
+        logs = _printed(run(kc, "%raytrain logs outlive --rank 1 --tail 3", timeout=60))
+        assert logs.splitlines() == ["rank 1 at 60", "rank 1 at 120", "rank 1 at 180"], logs
+        logs = _printed(run(kc, "%raytrain logs outlive", timeout=60))
+        assert "[rank 0] rank 0 at 0" in logs and "[rank 1] rank 1 at 180" in logs and len(logs.splitlines()) == 8
+        bad = errors(run(kc, "%raytrain logs outlive --rank 5", timeout=60))
+        assert bad and "there is no rank 5" in bad[0]["evalue"], bad
         gone = run(kc, "%raytrain rm outlive\n%raytrain ls", timeout=60)
         assert "removed run outlive" in text(gone) and "no runs on this cluster" in text(gone), text(gone)
         run(kc, "%raycluster down", timeout=120)
