@@ -5,6 +5,7 @@ Local and remote clusters take the same path: the notebook is always a Ray Clien
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -246,8 +247,7 @@ def connect(
     import ray
 
     say = progress or (lambda _m: None)
-    if ray.is_initialized():
-        ray.shutdown()
+    _drop_client()
     _filter_known_noise()
     deadline = time.monotonic() + timeout
     attempt, last = 0, None
@@ -263,8 +263,7 @@ def connect(
             return
         except (ConnectionError, ConnectionAbortedError, TimeoutError) as e:
             last = e
-            if ray.is_initialized():
-                ray.shutdown()
+            _drop_client()
             if attempt >= 3:  # one or two refusals right after a head starts are normal: say nothing
                 say(f"Ray Client connect attempt {attempt} failed ({type(e).__name__}); retrying ...")
             time.sleep(min(1.0 * attempt, 5.0))
@@ -277,7 +276,16 @@ def connect(
 
 
 def disconnect() -> None:
-    import ray
+    _drop_client()
 
-    if ray.is_initialized():
-        ray.shutdown()
+
+def _drop_client() -> None:
+    """End this process's Ray Client session -- also one whose connection was lost (past Ray Client's reconnect
+    grace): Ray no longer counts it as initialized but still holds its context, and refuses the next ``ray.init``
+    ("already connected ... with allow_multiple=True") until it is shut down."""
+    import ray
+    from ray.util import client as ray_client
+
+    if ray.is_initialized() or ray_client.num_connected_contexts() > 0:
+        with contextlib.suppress(Exception):
+            ray.shutdown()
