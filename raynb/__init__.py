@@ -4,7 +4,7 @@
 ``raynb.up(local=True)`` (or ``raynb.up(values="manifests/values.env")`` for the DLC RayCluster on Kubernetes),
 ``raynb.train(fn, workers=2)``, ``raynb.report(loss=...)``, ``raynb.doctor()``, ``raynb.clusters()``, ``raynb.down()``;
 runs on the cluster: ``raynb.runs()``, ``raynb.attach(name)``, ``raynb.stop_run(name)``, ``raynb.remove_run(name)``,
-``raynb.run_logs(name)``.
+``raynb.run_logs(name)``; a worker group that stays across cells: ``raynb.warm(workers=2)``.
 
 Everything in ``__all__`` is the public API; modules with a leading underscore are the implementation. Heavy parts
 (IPython, pandas, plotly, Ray Train) load on first use, so workers import raynb cheaply.
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from ._runs import RunList, attach, remove_run, run_logs, runs, stop_run
     from ._settings import Settings
     from ._train import train
+    from ._warm import WarmGroup, warm
 
 __version__ = "0.1.0"
 __all__ = [
@@ -61,6 +62,8 @@ __all__ = [
     "stop_run",
     "remove_run",
     "run_logs",
+    "warm",
+    "WarmGroup",
     "RunList",
     "RunError",
     "Settings",
@@ -105,6 +108,8 @@ _LAZY = {
     "stop_run": "_runs",
     "remove_run": "_runs",
     "run_logs": "_runs",
+    "warm": "_warm",
+    "WarmGroup": "_warm",
     "RunList": "_runs",
     "Settings": "_settings",
     "doctor": "_doctor",

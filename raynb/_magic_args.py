@@ -52,6 +52,12 @@ def train_parser() -> _Parser:
         help="return at once; the run goes on (its view keeps updating) while other cells run",
     )
     p.add_argument(
+        "--warm",
+        action="store_true",
+        help="run the cell on this kernel's warm worker group: it starts once (this shape), then every warm cell "
+        "starts at once and finds what earlier warm cells assigned on its rank; the last expression is the result",
+    )
+    p.add_argument(
         "--no-name-check",
         action="store_true",
         help="skip the check that every name the cell reads is defined (for names only the workers have)",
@@ -80,6 +86,8 @@ def runs_parser() -> _Parser:
     at.add_argument("--wait", action="store_true", help="block until the run ends (an interrupt stops the waiting)")
     for cmd, what in (("stop", "stop a running run (its workers with it)"), ("rm", "remove a finished run")):
         sub.add_parser(cmd, help=what).add_argument("name")
+    wm = sub.add_parser("warm", help="this kernel's warm worker group: shape, age, idle time, GPUs, memory; or stop it")
+    wm.add_argument("action", nargs="?", choices=["stop"], help="stop: end the group (its state with it)")
     lg = sub.add_parser("logs", help="what the run's workers printed (stdout and stderr), every rank or one")
     lg.add_argument("name")
     lg.add_argument("--rank", type=int, help="only this rank")
@@ -127,6 +135,8 @@ def cluster_parser() -> _Parser:
     ls = sub.add_parser("list", help="the embedded cluster and the RayClusters of the kubeconfig's context")
     add_flag(ls, "kube_namespace")
     add_flag(ls, "kube_context")
+    wm = sub.add_parser("warm", help="this kernel's warm worker group: shape, age, idle time, GPUs, memory; or stop it")
+    wm.add_argument("action", nargs="?", choices=["stop"], help="stop: end the group (its state with it)")
     lg = sub.add_parser("logs", help="container log of the head or a worker pod (Kubernetes)")
     lg.add_argument("which", nargs="?", default="head", help="head, worker-N or a pod name")
     lg.add_argument("--tail", type=int, default=200)

@@ -11,21 +11,16 @@ imports nothing heavier than Ray.
 
 from __future__ import annotations
 
-import asyncio
 import collections
-import contextlib
-import json
-import os
 import pickle
-import tempfile
 import threading
 import time
 from typing import Any
 
-from ._detached import NAMESPACE, exit_unless_claimed, on_head
+from ._metrics_sink import MetricsSink, sink_actor
 from .display.aggregate import Aggregate
 
-__all__ = ["report", "Reporter", "MetricsSink", "MetricStream", "current_reporter"]
+__all__ = ["report", "Reporter", "MetricsSink", "MetricStream", "current_reporter", "sink_actor"]
 
 _reporter: Reporter | None = None
 
@@ -153,208 +148,6 @@ class Reporter:
             self._in_flight.append(self.sink.log.remote(self.rank, self._take_logs()))
         if self._in_flight:
             ray.wait(self._in_flight, num_returns=len(self._in_flight), timeout=timeout)
-
-
-class MetricsSink:
-    """Async actor holding a run's whole history -- every record and event -- for the kernel that started the run and
-    any kernel that attaches later. The newest ``mem_records`` records stay in memory; older ones are spilled to a
-    JSON-lines file beside the actor, so a day-long run neither grows the actor without bound nor loses a record."""
-
-    SPILL_INDEX_EVERY = 1024
-    #: lines the workers printed, kept for ``%raytrain logs`` (the newest, all ranks together)
-    LOG_LINES = 100_000
-
-    def __init__(self, mem_records: int = 200_000, ttl_s: float | None = None) -> None:
-        self._records: list[dict[str, Any]] = []
-        self._base = 0  # absolute index of self._records[0]; records before it are in the spill file
-        self._events: list[dict[str, Any]] = []
-        self._new = asyncio.Event()
-        self._mem = max(mem_records, 2)
-        self._spill: str | None = None
-        self._offsets: list[int] = []  # byte offset of record k * SPILL_INDEX_EVERY in the spill file
-        self._step = 0
-        self._attempt = 0  # Ray Train starts the worker group again after a failure (max_failures): one more
-        self._last_report: float | None = None
-        self._ranks: set[int] = set()
-        self._logs: collections.deque[dict[str, Any]] = collections.deque(maxlen=self.LOG_LINES)
-        self._log_seq = 0
-        self._new_log = asyncio.Event()
-        self._picture = Aggregate()
-        self._version = 0  # one more for each push or event: what a notebook's picture is up to date with
-        self._claimed = threading.Event()
-        if ttl_s is not None:
-            exit_unless_claimed(self._claimed, ttl_s)
-
-    async def claim(self) -> bool:
-        self._claimed.set()
-        return True
-
-    async def push(self, records: list[dict[str, Any]]) -> None:
-        for r in records:
-            r.setdefault("attempt", max(self._attempt, 1))
-        self._records.extend(records)
-        for r in records:
-            self._step = max(self._step, int(r.get("step") or 0))
-            self._ranks.add(int(r.get("rank") or 0))
-        if records:
-            self._last_report = records[-1].get("time")
-            self._picture.add(records)
-            self._version += 1
-        if len(self._records) > self._mem:
-            self._spill_oldest(len(self._records) - self._mem // 2)
-        self._new.set()
-
-    async def event(self, event: dict[str, Any]) -> None:
-        event.setdefault("time", time.time())
-        if event.get("kind") == "worker_started" and event.get("rank") == 0:
-            self._attempt += 1
-            if self._attempt > 1:  # Ray Train started the workers again: find out which one was lost, and why
-                before = [
-                    e for e in self._events if e.get("kind") == "worker_started" and e["attempt"] == self._attempt - 1
-                ]
-                asyncio.get_running_loop().create_task(self._explain_restart(before, self._attempt))
-        event.setdefault("attempt", max(self._attempt, 1))
-        self._events.append(event)
-        self._version += 1
-        self._new.set()
-
-    async def _explain_restart(self, before: list[dict[str, Any]], attempt: int) -> None:
-        lost = await asyncio.to_thread(_lost_workers, before)
-        await self.event({"kind": "restart", "attempt": attempt, "lost": lost})
-
-    async def log(self, rank: int, lines: list[tuple[float, str, str]]) -> None:
-        for t, stream, text in lines:
-            self._log_seq += 1
-            self._logs.append(
-                {
-                    "seq": self._log_seq,
-                    "rank": rank,
-                    "time": t,
-                    "stream": stream,
-                    "text": text,
-                    "attempt": self._attempt,
-                }
-            )
-        self._new_log.set()
-
-    async def read_logs(
-        self, after: int = 0, rank: int | None = None, tail: int | None = None, timeout: float = 0.0
-    ) -> tuple[int, list[dict[str, Any]], int]:
-        """Lines after sequence number ``after`` (of ``rank``, or all ranks; the last ``tail`` of them), waiting up
-        to ``timeout`` for one. Returns the sequence number to ask from next time, the lines, and how many lines were
-        dropped before the oldest still kept."""
-        if self._log_seq <= after and timeout > 0:
-            self._new_log.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._new_log.wait(), timeout)
-        lines = [x for x in self._logs if x["seq"] > after and (rank is None or x["rank"] == rank)]
-        if tail is not None:
-            lines = lines[-tail:] if tail > 0 else []
-        dropped = self._logs[0]["seq"] - 1 if self._logs else 0
-        return self._log_seq, lines, dropped
-
-    async def summary(self) -> dict[str, Any]:
-        return {
-            "step": self._step,
-            "last_report": self._last_report,
-            "records": self._base + len(self._records),
-            "ranks": len(self._ranks),
-            "attempt": max(self._attempt, 1),
-        }
-
-    async def picture(
-        self, version: int, event_cursor: int, timeout: float = 0.5
-    ) -> tuple[int, bytes | None, list[dict], dict[str, Any]]:
-        """The run's picture if it changed since ``version`` (pickled here, between pushes, so it is consistent),
-        the events after ``event_cursor`` and the summary; waits up to ``timeout`` for a change."""
-        if version >= self._version and event_cursor >= len(self._events):
-            self._new.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._new.wait(), timeout)
-        changed = version < self._version
-        pic = pickle.dumps(self._picture, protocol=pickle.HIGHEST_PROTOCOL) if changed else None
-        return self._version, pic, self._events[event_cursor:], await self.summary()
-
-    async def read(
-        self, cursor: int, event_cursor: int, timeout: float = 0.5, limit: int = 100_000
-    ) -> tuple[int, list[dict], list[dict]]:
-        """Up to ``limit`` records from ``cursor`` on, and the events after ``event_cursor``; waits up to ``timeout``
-        for something new. Returns the cursor to ask from next time."""
-        total = self._base + len(self._records)
-        if cursor >= total and event_cursor >= len(self._events):
-            self._new.clear()
-            try:
-                await asyncio.wait_for(self._new.wait(), timeout)
-            except asyncio.TimeoutError:
-                pass
-        recs: list[dict[str, Any]] = []
-        if cursor < self._base:
-            recs = self._read_spilled(cursor, min(limit, self._base - cursor))
-        if len(recs) < limit and cursor + len(recs) >= self._base:
-            start = cursor + len(recs) - self._base
-            recs += self._records[start : start + limit - len(recs)]
-        return cursor + len(recs), recs, self._events[event_cursor:]
-
-    async def discard(self) -> None:
-        """Delete the spill file (before the actor is killed for good)."""
-        if self._spill:
-            with contextlib.suppress(OSError):
-                os.unlink(self._spill)
-
-    def _spill_oldest(self, n: int) -> None:
-        if self._spill is None:
-            d = os.path.join(tempfile.gettempdir(), "raynb-runs")
-            os.makedirs(d, exist_ok=True)
-            self._spill = os.path.join(d, f"records-{os.getpid()}-{id(self):x}.jsonl")
-        with open(self._spill, "ab") as f:
-            for i, rec in enumerate(self._records[:n]):
-                if (self._base + i) % self.SPILL_INDEX_EVERY == 0:
-                    self._offsets.append(f.tell())
-                f.write(json.dumps(rec, default=repr).encode() + b"\n")
-        del self._records[:n]
-        self._base += n
-
-    def _read_spilled(self, cursor: int, n: int) -> list[dict[str, Any]]:
-        assert self._spill is not None
-        k = cursor // self.SPILL_INDEX_EVERY
-        out: list[dict[str, Any]] = []
-        with open(self._spill, "rb") as f:
-            f.seek(self._offsets[k])
-            skip = cursor - k * self.SPILL_INDEX_EVERY
-            for line in f:
-                if skip:
-                    skip -= 1
-                    continue
-                out.append(json.loads(line))
-                if len(out) >= n:
-                    break
-        return out
-
-
-def _lost_workers(started: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Which of an attempt's worker processes died of something other than Ray Train ending them, and why (Ray's
-    state API: the dashboard's; an empty list where it cannot answer)."""
-    try:
-        from ray.util.state import list_workers
-
-        out = []
-        for ev in started:
-            for w in list_workers(filters=[("pid", "=", ev["pid"])], detail=True, raise_on_missing_output=False):
-                if w.exit_type in ("SYSTEM_ERROR", "NODE_OUT_OF_MEMORY", "USER_ERROR"):
-                    why = (w.exit_detail or w.exit_type or "").strip()
-                    out.append({"rank": ev["rank"], "node": ev.get("node"), "pid": ev["pid"], "why": why[:300]})
-        return out
-    except Exception:  # noqa: BLE001 - no dashboard (RAYNB_LOCAL_DASHBOARD=0) or an older Ray: say less
-        return []
-
-
-def sink_actor(ttl_s: float | None = None) -> Any:
-    """Create a detached sink actor for one run (0 CPUs, so it never competes with training for a slot; on the head
-    node, so the run's history survives the loss of a worker node). ``ttl_s``: exit unless claimed by then."""
-    import ray
-
-    cls = ray.remote(num_cpus=0, max_concurrency=64)(MetricsSink)
-    return cls.options(lifetime="detached", namespace=NAMESPACE, resources=on_head()).remote(ttl_s=ttl_s)
 
 
 class MetricStream:

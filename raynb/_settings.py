@@ -67,6 +67,9 @@ class Settings:
         "seconds the embedded head stays up after a run ends when no kernel uses it (so a kernel can come back and "
         "read the run)",
     )
+    warm_idle_timeout_s: float = option(
+        1800.0, "seconds a warm worker group (`%%raytrain --warm`) may sit idle before it ends and frees its workers"
+    )
     start_timeout_s: float = option(120.0, "seconds `up --local` waits for the embedded head")
     connect_timeout_s: float = option(
         120.0,

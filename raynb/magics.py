@@ -146,7 +146,7 @@ class RayNBMagics(Magics):
     @line_cell_magic
     def raytrain(self, line: str, cell: str | None = None) -> Any:
         """%%raytrain [--workers N] [--gpu | --cpus-per-worker C] [--config EXPR] [--name RUN] [--out VAR]
-        [--background]; as a line: %raytrain ls | attach NAME [--out VAR] | stop NAME | rm NAME | logs NAME [--rank R] [--tail N] [--follow]"""
+        [--background] [--warm]; as a line: %raytrain ls | attach NAME [--out VAR] | stop NAME | rm NAME | logs NAME [--rank R] [--tail N] [--follow] | warm [stop]"""
         if cell is None:
             return self._runs(line)
         from ._cell import compile_cell
@@ -170,6 +170,8 @@ class RayNBMagics(Magics):
                 "max_failures": args.max_failures,
             }
         )
+        if args.warm:
+            return self._warm_cell(args, cell, settings)
         full_cell = f"%%raytrain {line}\n{cell}"
         filename = self.ip.compile.cache(full_cell, self.ip.execution_count)
         fn = compile_cell(cell, self.ip.user_ns, filename=filename, first_line=2, check_names=not args.no_name_check)
@@ -194,6 +196,20 @@ class RayNBMagics(Magics):
             self.ip.user_ns[args.out] = run
         return None
 
+    def _warm_cell(self, args: Any, cell: str, settings: Any) -> Any:
+        from ._warm import warm
+
+        refused = [f for f in ("background", "name", "datasets", "config", "max_failures") if getattr(args, f)]
+        if refused or args.env:
+            raise UsageError(
+                "%%raytrain --warm runs the cell on the kernel's warm group: --"
+                + ", --".join(x.replace("_", "-") for x in refused or ["env"])
+                + " belong(s) to a run of its own.",
+                fix="set values in a warm cell (they stay on every rank), or drop --warm for a run of its own",
+            )
+        shaped = args.workers is not None or args.gpu or args.cpus_per_worker is not None
+        return warm(settings=settings, shaped=shaped).run_cell(cell, self.ip.user_ns)
+
     def _runs(self, line: str) -> Any:
         from . import _runs
 
@@ -204,6 +220,17 @@ class RayNBMagics(Magics):
             run = _runs.attach(args.name, wait=args.wait)
             if args.out:
                 self.ip.user_ns[args.out] = run
+            return None
+        if args.cmd == "warm":
+            from ._warm import current_warm
+
+            group = current_warm()
+            if group is None:
+                print("no warm group in this kernel: a `%%raytrain --warm` cell starts one")
+            elif args.action == "stop":
+                print(group.stop())
+            else:
+                print(repr(group))
             return None
         if args.cmd == "logs":
             text = _runs.run_logs(args.name, rank=args.rank, tail=args.tail, follow=args.follow)

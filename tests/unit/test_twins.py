@@ -22,7 +22,18 @@ RENAMED = {
     "background": "wait",
 }
 #: flags that are the magic's own business (where the cell's result goes, which face, help)
-MAGIC_ONLY = {"help", "out", "k8s", "local", "no_name_check", "command"}
+MAGIC_ONLY = {"help", "out", "k8s", "local", "no_name_check", "command", "warm"}
+
+
+def test_warm_cells_have_a_twin() -> None:
+    """``%%raytrain --warm`` is ``raynb.warm(workers=, gpu=, cpus_per_worker=)`` and its ``run`` / ``run_cell``."""
+    import inspect
+
+    import raynb
+
+    params = set(inspect.signature(raynb.warm).parameters)
+    assert {"workers", "gpu", "cpus_per_worker", "idle_timeout_s"} <= params
+    assert callable(raynb.WarmGroup.run) and callable(raynb.WarmGroup.pull) and callable(raynb.WarmGroup.stop)
 
 
 def _dests(p: argparse.ArgumentParser) -> set[str]:
@@ -59,7 +70,13 @@ def test_raycluster_subcommands_and_their_twins() -> None:
 
 def test_raytrain_run_commands_and_their_twins() -> None:
     (sp,) = [a for a in runs_parser()._actions if isinstance(a, argparse._SubParsersAction)]
-    twins = {"ls": raynb.runs, "attach": raynb.attach, "stop": raynb.stop_run, "rm": raynb.remove_run}
-    assert set(sp.choices) == set(twins)
+    twins = {
+        "ls": raynb.runs,
+        "attach": raynb.attach,
+        "stop": raynb.stop_run,
+        "rm": raynb.remove_run,
+        "logs": raynb.run_logs,
+    }
+    assert set(sp.choices) == set(twins) | {"warm"}  # `warm` / `warm stop`: repr(raynb.warm()) / .stop()
     for cmd, fn in twins.items():
         _check(_dests(sp.choices[cmd]), fn)

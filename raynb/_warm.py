@@ -1,0 +1,302 @@
+"""Warm workers: a Ray Train worker group that lives across cells (``%%raytrain --warm``, ``raynb.warm()``).
+
+The group is one ordinary raynb run (listed by ``%raytrain ls``, drawn live, NCCL badges and all) whose function is
+``_warm_worker.warm_loop``: it takes cells from a mailbox actor and runs them in a namespace each rank keeps. The
+process group is set up once; later cells start in the time of a round trip. The mailbox belongs to this kernel's
+connection, so the group ends with the kernel (within Ray Client's 30 s grace plus one poll), after an idle
+time-out, or on ``stop()``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from typing import Any
+
+from ._current import resolve_settings
+from ._run import Run
+from ._settings import Settings
+from .errors import RaynbError, UsageError, not_connected
+
+__all__ = ["WarmGroup", "warm", "current_warm", "WarmCellError", "WarmGroupLost"]
+
+#: a rank that has not stopped this long after an interrupt is stuck (in a collective): the group is restarted
+STUCK_AFTER_S = 10.0
+
+
+class WarmCellError(RaynbError):
+    """A warm cell raised on a rank; the group and its state are still there."""
+
+
+class WarmGroupLost(RaynbError):
+    """The warm group ended (stuck rank, failure, idle time-out): its state is gone."""
+
+
+_group: WarmGroup | None = None
+
+
+def current_warm() -> WarmGroup | None:
+    """This kernel's warm group, if one is up."""
+    return _group if _group is not None and _group.alive else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    workers: int
+    gpu: bool
+    cpus_per_worker: float
+
+    def __str__(self) -> str:
+        kind = "GPU" if self.gpu else f"CPU ({self.cpus_per_worker:g} CPUs each)"
+        return f"{self.workers} {kind} workers"
+
+
+class WarmGroup:
+    """A live worker group: ``run(fn, config)``, ``run_cell(source)``, ``pull(name, rank)``, ``stop()``."""
+
+    def __init__(self, shape: Shape, settings: Settings, idle_s: float) -> None:
+        import ray
+
+        from . import _train
+        from ._cell import serialize
+        from ._warm_worker import WarmMailbox, warm_loop
+
+        self.shape, self.settings, self.idle_s = shape, settings, idle_s
+        self.started = time.time()
+        cls = ray.remote(num_cpus=0, max_concurrency=64)(WarmMailbox)
+        self.mailbox = cls.remote(shape.workers, idle_s)
+        self.run_obj: Run = _train._start_payload(
+            serialize(warm_loop),
+            settings,
+            config={"mailbox": self.mailbox},
+            name=f"warm-{time.strftime('%Y%m%d-%H%M%S')}",
+            env=None,
+            cell_file=None,
+            cell_source=None,
+            cwd=os.getcwd(),
+        )
+        _train.follow(self.run_obj, False, settings.refresh_hz, wait=False)  # notes the end, whoever ends it
+        self.cells = 0
+        self.rss_mb: dict[int, float] = {}
+
+    # --- what a user reads ---------------------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.run_obj.name
+
+    @property
+    def alive(self) -> bool:
+        return not self.run_obj.done()
+
+    @property
+    def gpus(self) -> int:
+        return self.shape.workers if self.shape.gpu else 0
+
+    def __repr__(self) -> str:
+        import ray
+
+        if not self.alive:
+            return f"warm group {self.name}: ended ({self.run_obj.status})"
+        idle = ray.get(self.mailbox.idle_for.remote(), timeout=10)
+        mem = ", ".join(f"rank {r} {m:,.0f} MB" for r, m in sorted(self.rss_mb.items())) or "-"
+        return (
+            f"warm group {self.name}: {self.shape}, up {_clock(time.time() - self.started)}, idle {_clock(idle)} "
+            f"(ends after {_clock(self.idle_s)} idle), holds {self.gpus} GPUs, {self.cells} cells run, "
+            f"memory per rank: {mem}"
+        )
+
+    # --- running cells -------------------------------------------------------------------------------------------
+    def run(self, fn: Any, config: dict[str, Any] | None = None) -> Any:
+        """``fn(config)`` on every rank of the group; returns rank 0's value."""
+        from ray import cloudpickle
+
+        return self._execute({"kind": "call", "fn": cloudpickle.dumps(fn), "config": config or {}}, None)
+
+    def run_cell(
+        self, source: str, namespace: dict[str, Any], *, first_line: int = 2, display: bool | str | None = None
+    ) -> Any:
+        """Run a cell's text on every rank, in the namespace each rank keeps; returns its last expression's value
+        on rank 0 (the repr, with a note, when that value cannot travel back)."""
+        filename = f"<warm-cell-{self.cells + 1}>"
+        names = _read_names(source)
+        shipped = {k: namespace[k] for k in names if k in namespace and not k.startswith("_") and k != "raynb"}
+        cell = {"kind": "cell", "source": source, "filename": filename, "first_line": first_line, "globals": shipped}
+        return self._execute(cell, source, display=display)
+
+    def pull(self, name: str, rank: int = 0) -> Any:
+        """The value ``name`` has on ``rank`` (what a warm cell assigned there)."""
+        if not 0 <= rank < self.shape.workers:
+            raise UsageError(f"The warm group has ranks 0..{self.shape.workers - 1}; there is no rank {rank}.")
+        return self._execute({"kind": "pull", "name": name, "rank": rank}, None, only_rank=rank)
+
+    def _execute(
+        self, cell: dict[str, Any], source: str | None, *, display: bool | str | None = False, only_rank: int = 0
+    ) -> Any:
+        import ray
+        from ray import cloudpickle
+
+        if not self.alive:
+            raise WarmGroupLost(
+                f"The warm group {self.name} has ended ({self.run_obj.status}); its state is gone.",
+                fix="the next `%%raytrain --warm` cell (or raynb.warm()) starts a new one",
+            )
+        view = None
+        if display is not False:
+            from .display import LiveView
+
+            view = LiveView(self.run_obj, mode=display if isinstance(display, str) else None).start()
+        cell_id = ray.get(self.mailbox.put.remote(cell))
+        self.cells += 1
+        try:
+            results = self._wait(cell_id, view)
+        finally:
+            if view is not None:
+                view.finish()
+        for rank, r in results.items():
+            if "rss_mb" in r:
+                self.rss_mb[rank] = r["rss_mb"]
+        if any(r.get("interrupted") for r in results.values()):
+            print(f"interrupted on every rank; the warm group {self.name} and its state are kept")
+            raise KeyboardInterrupt
+        failed = sorted((rank, r) for rank, r in results.items() if "error" in r)
+        if failed:
+            raise _cell_error(failed, cell, source)
+        mine = results.get(only_rank, {})
+        if "value" in mine:
+            try:
+                return cloudpickle.loads(mine["value"])
+            except Exception as e:  # noqa: BLE001 - e.g. a DDP model: it needs the workers' process group
+                print(
+                    f"(the value came back but cannot be rebuilt in the notebook -- {type(e).__name__}: {e}; its repr:)"
+                )
+                return _Repr(mine["repr"])
+        if "repr" in mine:
+            print(f"(the value cannot travel back to the notebook -- {mine['unpicklable']}; its repr:)")
+            return _Repr(mine["repr"])
+        return None
+
+    def _wait(self, cell_id: int, view: Any) -> dict[int, dict[str, Any]]:
+        import ray
+
+        try:
+            while True:
+                got = ray.get(self.mailbox.results.remote(cell_id, 0.25))
+                if view is not None:
+                    view.refresh()
+                if len(got) >= self.shape.workers:
+                    return got
+                if self.run_obj.done():
+                    raise WarmGroupLost(
+                        f"The warm group {self.name} ended during the cell ({self.run_obj.status}); its state is gone.",
+                        saw=str(self.run_obj.error) if self.run_obj.error else None,
+                        fix="run the cells that build the state again: the next warm cell starts a new group",
+                    )
+        except KeyboardInterrupt:
+            ray.get(self.mailbox.interrupt.remote(cell_id))
+            deadline = time.monotonic() + STUCK_AFTER_S
+            while time.monotonic() < deadline:
+                got = ray.get(self.mailbox.results.remote(cell_id, 0.5))
+                if len(got) >= self.shape.workers:
+                    return got
+            stuck = sorted(set(range(self.shape.workers)) - set(got))
+            self.stop()
+            raise WarmGroupLost(
+                f"Rank(s) {', '.join(map(str, stuck))} did not stop within {STUCK_AFTER_S:g} s of the interrupt "
+                "(blocked in a collective, or in C code): the warm group was restarted and its state is lost.",
+                fix="run the cells that build the state again: the next warm cell starts a new group",
+            ) from None
+
+    def stop(self) -> str:
+        """End the group: its workers exit and give their resources back."""
+        import ray
+
+        global _group
+        if _group is self:
+            _group = None
+        if self.alive:
+            try:
+                ray.get(self.mailbox.stop.remote(), timeout=10)
+                self.run_obj.wait(30)
+            finally:
+                if self.alive:
+                    self.run_obj.stop()
+        return f"warm group {self.name} stopped"
+
+
+class _Repr:
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def _clock(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+def _read_names(source: str) -> set[str]:
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _cell_error(failed: list[tuple[int, dict[str, Any]]], cell: dict[str, Any], source: str | None) -> RaynbError:
+    from ._worker import format_frames
+
+    rank, first = failed[0]
+    if cell["kind"] == "pull":
+        close = first.get("close") or []
+        return UsageError(
+            f"There is no {cell['name']!r} on rank {rank} of the warm group.",
+            saw="close names there: " + (", ".join(close) if close else "none"),
+            fix="a warm cell that assigns it at top level makes it pullable",
+        )
+    frames = format_frames(first.get("frames", []), cell.get("filename"), source)
+    ranks = ", ".join(str(r) for r, _ in failed)
+    return WarmCellError(
+        f"The warm cell raised {first['error']}: {first['message']} (on rank(s) {ranks})\n" + "\n".join(frames),
+        fix="the group and its state are still there: fix the cell and run it again",
+    )
+
+
+def warm(
+    workers: int | None = None,
+    gpu: bool | None = None,
+    cpus_per_worker: float | None = None,
+    *,
+    idle_timeout_s: float | None = None,
+    settings: Settings | None = None,
+    shaped: bool | None = None,
+) -> WarmGroup:
+    """This kernel's warm group, started with this shape if none is up. A different shape is refused with the way
+    to restart (``raynb.warm().stop()``); a group holds its workers (and GPUs) until it ends."""
+    import ray
+
+    global _group
+    if not ray.is_initialized():
+        raise not_connected()
+    settings = settings or resolve_settings({"workers": workers, "gpu": gpu, "cpus_per_worker": cpus_per_worker})
+    shape = Shape(settings.workers, settings.gpu, settings.cpus_per_worker)
+    group = current_warm()
+    if group is not None:
+        asked = shaped if shaped is not None else (workers, gpu, cpus_per_worker) != (None, None, None)
+        if asked and group.shape != shape:
+            raise UsageError(
+                f"This kernel's warm group has {group.shape}; {shape} were asked for.",
+                fix="`%raytrain warm stop` (raynb.warm().stop()) ends it -- its state with it -- and the next warm "
+                "cell starts the new shape; or drop the shape flags to use the group as it is",
+            )
+        return group
+    from ._train import check_resources
+
+    check_resources(shape.workers, shape.gpu, shape.cpus_per_worker)
+    idle = settings.warm_idle_timeout_s if idle_timeout_s is None else idle_timeout_s
+    _group = WarmGroup(shape, settings, idle)
+    return _group

@@ -1,0 +1,139 @@
+"""A warm worker group in real kernels on the embedded cluster: state that stays on each rank across cells, results
+and pulls, an interrupt and a failing cell that keep the group, `stop` that leaves no worker behind, and a killed
+kernel whose group ends by itself."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.notebook.kernels import errors, kernel, run, text
+
+
+def _result(msgs: list[dict]) -> str:
+    return "".join(m["content"]["data"]["text/plain"] for m in msgs if m["msg_type"] == "execute_result")
+
+
+def _printed(msgs: list[dict]) -> str:
+    return "".join(m["content"]["text"] for m in msgs if m["msg_type"] == "stream")
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    h = tmp_path_factory.mktemp("warm-home")
+    return {"RAYNB_HOME": str(h / "raynb"), "KUBECONFIG": str(h / "no-kubeconfig")}
+
+
+BUILD = """%%raytrain --warm --workers 2
+import torch, ray.train
+rank = ray.train.get_context().get_world_rank()
+torch.manual_seed(0)
+model = ray.train.torch.prepare_model(torch.nn.Linear(4, 1))
+steps = 0
+(rank, ray.train.get_context().get_world_size())
+"""
+
+TRAIN = """%%raytrain --warm
+import raynb
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for i in range(20):
+    loss = model(torch.ones(8, 4) * (rank + 1)).pow(2).mean()
+    opt.zero_grad(); loss.backward(); opt.step(); steps += 1
+    raynb.report(loss=loss.item())
+(steps, rank)
+"""
+
+
+def test_a_warm_group_keeps_each_ranks_state_across_cells(home: dict[str, str]) -> None:
+    with kernel(env=home) as (_km, kc):
+        up = run(kc, "%load_ext raynb\nimport raynb\n%raycluster up --local", timeout=300)
+        assert not errors(up), text(up)
+        out = run(kc, BUILD, timeout=300)
+        assert not errors(out), text(out)
+        assert _result(out) == "(0, 2)", text(out)  # rank 0's last expression is the cell's result
+        out = run(kc, TRAIN, timeout=120)
+        assert not errors(out), text(out)
+        assert _result(out) == "(20, 0)", text(out)  # the model and `steps` cell 1 left on the rank
+        assert "raynb-run" in "".join(m["content"]["data"].get("text/html", "") for m in out if "data" in m["content"])
+        # ranks differ where they should: each keeps its own `rank`; DDP kept the weights equal
+        out = run(kc, "g = raynb.warm()\nprint(g.pull('rank', rank=1), g.pull('steps', rank=1))")
+        assert _printed(out).split() == ["1", "20"], text(out)
+        out = run(kc, "%%raytrain --warm\nw = float(sum(p.sum() for p in model.parameters()))\nw")
+        assert not errors(out), text(out)
+        out1 = run(kc, "print(repr(g.pull('w', rank=1)))")
+        assert _printed(out1).strip() == _result(out), (text(out), text(out1))  # DDP's all-reduce kept them equal
+        out = run(kc, "print(g.run(lambda cfg: cfg['x'] + 1, {'x': 1}))")
+        assert _printed(out).strip() == "2", text(out)
+        # a DDP model pickles, but only its workers can rebuild it: its repr comes back, said so
+        out = run(kc, "print(g.pull('model', rank=1))")
+        assert "cannot be rebuilt in the notebook" in _printed(out) and "DistributedDataParallel" in _printed(out)
+
+        # an interrupt stops the cell on every rank and keeps the group and its state
+        kc.execute("%%raytrain --warm\nimport time\nwhile True:\n    time.sleep(0.05)\n")
+        time.sleep(4)
+        _km.interrupt_kernel()
+        deadline = time.monotonic() + 60
+        seen: list[dict] = []
+        while time.monotonic() < deadline and not any(m["msg_type"] == "error" for m in seen):
+            try:
+                seen.append(kc.get_iopub_msg(timeout=1))
+            except Exception:  # noqa: BLE001 - queue.Empty
+                pass
+        assert any(m["msg_type"] == "error" and m["content"]["ename"] == "KeyboardInterrupt" for m in seen), seen
+        out = run(kc, TRAIN, timeout=120)
+        assert _result(out) == "(40, 0)", text(out)  # training goes on from where it was
+
+        # a failing cell shows its error with the cell's line, and the group stays usable
+        bad = errors(run(kc, "%%raytrain --warm\nx = 1\nundefined_thing + x\n", timeout=60))
+        assert bad and bad[0]["ename"] == "WarmCellError" and "NameError" in bad[0]["evalue"], bad
+        assert "cell line 3" in bad[0]["evalue"], bad
+        out = run(kc, "%%raytrain --warm\nsteps + x")
+        assert _result(out) == "41", text(out)
+        # a value that cannot travel: its repr, said so; a name that is not there: close names
+        out = run(kc, "%%raytrain --warm\nimport threading\nthreading.Lock()")
+        assert "cannot travel back" in _printed(out) and "unlocked" in _result(out), text(out)
+        bad = errors(run(kc, "g.pull('modle')"))
+        assert bad and "no 'modle' on rank 0" in bad[0]["evalue"] and "model" in bad[0]["evalue"], bad
+        # a different shape is refused with the way to restart
+        bad = errors(run(kc, "%%raytrain --warm --workers 1\n1"))
+        assert bad and "warm group has 2 CPU" in bad[0]["evalue"] and "warm stop" in bad[0]["evalue"], bad
+
+        shown = _printed(run(kc, "%raytrain warm"))
+        assert "2 CPU (1 CPUs each) workers" in shown and "holds 0 GPUs" in shown and "rank 1" in shown, shown
+        out = run(kc, "%raytrain warm stop", timeout=120)
+        assert "stopped" in _printed(out), text(out)
+        # no worker left behind: every CPU is free again
+        out = run(
+            kc,
+            "import ray, time\nt = time.time()\n"
+            "while ray.available_resources().get('CPU', 0) < ray.cluster_resources()['CPU'] and time.time() - t < 60:\n"
+            "    time.sleep(0.5)\nprint(ray.available_resources().get('CPU'), ray.cluster_resources()['CPU'])",
+            timeout=90,
+        )
+        free, total = _printed(out).split()
+        assert free == total, text(out)
+        run(kc, "%raycluster down", timeout=120)
+
+
+def test_a_killed_kernels_warm_group_ends_within_a_minute(home: dict[str, str]) -> None:
+    with kernel(env=home) as (_km2, watcher):
+        up = run(watcher, "%load_ext raynb\nimport raynb, time\n%raycluster up --local", timeout=300)
+        assert not errors(up), text(up)
+        with kernel(env=home) as (km, kc):
+            up = run(kc, "%load_ext raynb\n%raycluster up --local", timeout=300)
+            assert not errors(up), text(up)
+            out = run(kc, "%%raytrain --warm --workers 1\n41 + 1", timeout=300)
+            assert _result(out) == "42", text(out)
+            km.shutdown_kernel(now=True)  # SIGKILL
+        killed = time.monotonic()
+        out = run(
+            watcher,
+            "def warm_running():\n    return [r['name'] for r in raynb.runs().rows if r['name'].startswith('warm-') "
+            "and r['status'] == 'running']\nt = time.time()\nwhile warm_running() and time.time() - t < 90:\n"
+            "    time.sleep(1)\nprint('still running:', warm_running())",
+            timeout=120,
+        )
+        assert "still running: []" in _printed(out), text(out)
+        assert time.monotonic() - killed < 60 + 15, "the group must end within 60 s of its kernel dying"
+        run(watcher, "%raycluster down --force", timeout=120)
