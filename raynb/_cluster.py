@@ -40,6 +40,13 @@ class NodeInfo:
     memory_gb: float
 
 
+def _warm_line() -> str | None:
+    from ._warm import current_warm
+
+    group = current_warm()
+    return None if group is None else f"warm group {group.name}: {group.shape}, holds {group.gpus} GPUs"
+
+
 @dataclass(frozen=True, repr=False)
 class ClusterStatus:
     name: str
@@ -51,6 +58,8 @@ class ClusterStatus:
     available: dict[str, float] = field(default_factory=dict)
     #: Kubernetes clusters: the RayCluster's pods and the nodes they run on (GPUs and EFA per node).
     kube: KubeStatus | None = None
+    #: this kernel's warm worker group, in words (it holds workers -- and GPUs -- between cells)
+    warm: str | None = None
 
     @property
     def cpus(self) -> float:
@@ -177,6 +186,7 @@ class Cluster:
             dict(ray.cluster_resources()),
             dict(ray.available_resources()),
             kube=kube_st,
+            warm=_warm_line(),
         )
 
     def logs(self, which: str = "head", *, tail: int = 200) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 import time
 from typing import Any
 
@@ -177,35 +178,47 @@ class WarmGroup:
         return None
 
     def _wait(self, cell_id: int, view: Any) -> dict[int, dict[str, Any]]:
+        """Wait for every rank's result. The Ray calls happen in a thread: an interrupt lands in this thread's
+        event wait, never inside a Ray Client call (which it could leave hanging)."""
         import ray
 
+        got: dict[int, dict[str, Any]] = {}
+        done, failure = threading.Event(), []
+
+        def poll() -> None:
+            try:
+                while not done.is_set():
+                    got.update(ray.get(self.mailbox.results.remote(cell_id, 0.25)))
+                    if len(got) >= self.shape.workers or self.run_obj.done():
+                        break
+            except Exception as e:  # noqa: BLE001 - the connection or the mailbox went away
+                failure.append(e)
+            finally:
+                done.set()
+
+        threading.Thread(target=poll, name="raynb-warm-wait", daemon=True).start()
         try:
-            while True:
-                got = ray.get(self.mailbox.results.remote(cell_id, 0.25))
+            while not done.wait(0.25):
                 if view is not None:
                     view.refresh()
-                if len(got) >= self.shape.workers:
-                    return got
-                if self.run_obj.done():
-                    raise WarmGroupLost(
-                        f"The warm group {self.name} ended during the cell ({self.run_obj.status}); its state is gone.",
-                        saw=str(self.run_obj.error) if self.run_obj.error else None,
-                        fix="run the cells that build the state again: the next warm cell starts a new group",
-                    )
         except KeyboardInterrupt:
-            ray.get(self.mailbox.interrupt.remote(cell_id))
-            deadline = time.monotonic() + STUCK_AFTER_S
-            while time.monotonic() < deadline:
-                got = ray.get(self.mailbox.results.remote(cell_id, 0.5))
-                if len(got) >= self.shape.workers:
-                    return got
-            stuck = sorted(set(range(self.shape.workers)) - set(got))
-            self.stop()
+            self.mailbox.interrupt.remote(cell_id)
+            if not done.wait(STUCK_AFTER_S):
+                stuck = sorted(set(range(self.shape.workers)) - set(got))
+                done.set()
+                self.stop()
+                raise WarmGroupLost(
+                    f"Rank(s) {', '.join(map(str, stuck))} did not stop within {STUCK_AFTER_S:g} s of the interrupt "
+                    "(blocked in a collective, or in C code): the warm group was stopped and its state is lost.",
+                    fix="run the cells that build the state again: the next warm cell starts a new group",
+                ) from None
+        if len(got) < self.shape.workers:
             raise WarmGroupLost(
-                f"Rank(s) {', '.join(map(str, stuck))} did not stop within {STUCK_AFTER_S:g} s of the interrupt "
-                "(blocked in a collective, or in C code): the warm group was restarted and its state is lost.",
+                f"The warm group {self.name} ended during the cell ({self.run_obj.status}); its state is gone.",
+                saw=str(self.run_obj.error or (failure[0] if failure else "")) or None,
                 fix="run the cells that build the state again: the next warm cell starts a new group",
-            ) from None
+            )
+        return got
 
     def stop(self) -> str:
         """End the group: its workers exit and give their resources back."""

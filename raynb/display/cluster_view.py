@@ -20,6 +20,8 @@ def status_text(st: ClusterStatus) -> str:
         f"  nodes {alive} alive · CPUs {st.available.get('CPU', 0):g}/{st.cpus:g} free · "
         f"GPUs {st.available.get('GPU', 0):g}/{st.gpus:g} free",
     ]
+    if st.warm:
+        lines.append(f"  {st.warm}")
     for n in st.nodes:
         role = "head" if n.is_head else "worker"
         lines.append(
@@ -90,7 +92,9 @@ def status_html(st: ClusterStatus) -> str:
         )
         ray_part = (
             f'<br>CPUs <b>{st.available.get("CPU", 0):g}</b>/{st.cpus:g} free · GPUs '
-            f'<b>{st.available.get("GPU", 0):g}</b>/{st.gpus:g} free{nodes_t}'
+            f'<b>{st.available.get("GPU", 0):g}</b>/{st.gpus:g} free'
+            + (f"<br>{html.escape(st.warm)}" if st.warm else "")
+            + nodes_t
         )
     else:
         ray_part = "<br><i>Ray: not connected</i>"

@@ -70,17 +70,23 @@ def test_a_warm_group_keeps_each_ranks_state_across_cells(home: dict[str, str]) 
         assert "cannot be rebuilt in the notebook" in _printed(out) and "DistributedDataParallel" in _printed(out)
 
         # an interrupt stops the cell on every rank and keeps the group and its state
-        kc.execute("%%raytrain --warm\nimport time\nwhile True:\n    time.sleep(0.05)\n")
+        loop = kc.execute("%%raytrain --warm\nimport time\nwhile True:\n    time.sleep(0.05)\n")
         time.sleep(4)
         _km.interrupt_kernel()
         deadline = time.monotonic() + 60
         seen: list[dict] = []
-        while time.monotonic() < deadline and not any(m["msg_type"] == "error" for m in seen):
+        while time.monotonic() < deadline:
             try:
-                seen.append(kc.get_iopub_msg(timeout=1))
+                m = kc.get_iopub_msg(timeout=1)
             except Exception:  # noqa: BLE001 - queue.Empty
-                pass
+                continue
+            if m["parent_header"].get("msg_id") == loop:
+                seen.append(m)
+                if m["msg_type"] == "status" and m["content"]["execution_state"] == "idle":
+                    break
         assert any(m["msg_type"] == "error" and m["content"]["ename"] == "KeyboardInterrupt" for m in seen), seen
+        assert "state are kept" in _printed(seen), seen
+        time.sleep(1)  # ipykernel drops requests that arrive right after an error (stop_on_error)
         out = run(kc, TRAIN, timeout=120)
         assert _result(out) == "(40, 0)", text(out)  # training goes on from where it was
 
@@ -101,6 +107,8 @@ def test_a_warm_group_keeps_each_ranks_state_across_cells(home: dict[str, str]) 
 
         shown = _printed(run(kc, "%raytrain warm"))
         assert "2 CPU (1 CPUs each) workers" in shown and "holds 0 GPUs" in shown and "rank 1" in shown, shown
+        status = text(run(kc, "%raycluster status"))
+        assert "warm group warm-" in status and "holds 0 GPUs" in status, status
         out = run(kc, "%raytrain warm stop", timeout=120)
         assert "stopped" in _printed(out), text(out)
         # no worker left behind: every CPU is free again
