@@ -47,17 +47,20 @@ def main() -> None:
     group = raynb.warm(workers=args.workers)
     group.run_cell("pass", {}, display=False)  # the group is up: not counted
     start_s = time.time() - t
+    print(f"warm group up in {start_s:.1f} s", file=sys.stderr, flush=True)
     warm = []
     for _ in range(args.warm_cells):
         t0 = time.time()
         group.run_cell("import time\nt_first = time.time()", {}, display=False)
         warm.append(max(group.pull("t_first", rank=r) for r in range(args.workers)) - t0)
+        print(f"warm cell {len(warm)}: {warm[-1]:.3f} s", file=sys.stderr, flush=True)
     group.stop()
     cold = []
     for i in range(args.cold_cells):
         t0 = time.time()
         run = raynb.train(first_line, workers=args.workers, display=False, name=f"cold-cell-{int(t0)}-{i}")
         cold.append(float(run.metrics["first_line"].max()) - t0)
+        print(f"cold cell {len(cold)}: {cold[-1]:.1f} s", file=sys.stderr, flush=True)
     out = {
         "what": "cell submitted -> its first line running on every rank (max over ranks)",
         "workers": args.workers,
