@@ -99,10 +99,17 @@ def active_runs() -> list[str]:
 
 def _unknown(name: str) -> UsageError:
     known = runs().names()
+    fix = "`%raytrain ls` lists them; runs live on the cluster they were started on (connect to that one)."
+    if not known:  # nothing at all: the head may be new since the run started
+        where = resolve_settings().storage_path or "Ray's default, ~/ray_results on the head"
+        fix += (
+            " If this cluster's head restarted since the run started (on Kubernetes: its head pod was replaced), "
+            f"the run ended with it -- the run list lives on the head. Checkpoints it saved are under {where}."
+        )
     return UsageError(
         f"No run named {name!r} on this cluster.",
         saw="runs here: " + (", ".join(known) if known else "none"),
-        fix="`%raytrain ls` lists them; runs live on the cluster they were started on (connect to that one).",
+        fix=fix,
     )
 
 

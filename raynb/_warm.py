@@ -279,6 +279,32 @@ def _cell_error(failed: list[tuple[int, dict[str, Any]]], cell: dict[str, Any], 
     )
 
 
+def _check_free(shape: Shape) -> None:
+    """Refuse at once when what the group needs is held by other runs right now (another kernel's warm group,
+    say), naming them and who started them, instead of waiting for resources that may never come."""
+    import ray
+
+    from ._runs import runs
+    from .errors import InsufficientResourcesError
+
+    free = ray.available_resources()
+    key, need = ("GPU", shape.workers) if shape.gpu else ("CPU", shape.workers * shape.cpus_per_worker)
+    if free.get(key, 0.0) + 1e-9 >= need:
+        return
+    holders = [
+        f"{r['name']} ({r['spec']['workers']} {'GPU' if r['spec']['gpu'] else 'CPU'} workers, started by "
+        f"{r.get('user', '?')})"
+        for r in runs().rows
+        if r["status"] in ("pending", "starting", "running")
+    ]
+    raise InsufficientResourcesError(
+        f"The warm group needs {need:g} {key}s; {free.get(key, 0.0):g} are free now.",
+        saw="held by: " + ("; ".join(holders) if holders else "work that is not a raynb run"),
+        fix="stop one of them (`%raytrain stop NAME`; a warm group: `%raytrain warm stop` in the kernel that holds "
+        "it), or ask for fewer workers",
+    )
+
+
 def warm(
     workers: int | None = None,
     gpu: bool | None = None,
@@ -310,6 +336,7 @@ def warm(
     from ._train import check_resources
 
     check_resources(shape.workers, shape.gpu, shape.cpus_per_worker)
+    _check_free(shape)
     idle = settings.warm_idle_timeout_s if idle_timeout_s is None else idle_timeout_s
     _group = WarmGroup(shape, settings, idle)
     return _group

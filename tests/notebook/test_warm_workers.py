@@ -133,6 +133,10 @@ def test_a_killed_kernels_warm_group_ends_within_a_minute(home: dict[str, str]) 
             assert not errors(up), text(up)
             out = run(kc, "%%raytrain --warm --workers 1\n41 + 1", timeout=300)
             assert _result(out) == "42", text(out)
+            # another kernel wanting a group the cluster cannot also hold is told who holds the resources
+            bad = errors(run(watcher, "raynb.warm(workers=2)", timeout=120))
+            assert bad and bad[0]["ename"] == "InsufficientResourcesError", bad
+            assert "held by: warm-" in bad[0]["evalue"] and "started by" in bad[0]["evalue"], bad
             km.shutdown_kernel(now=True)  # SIGKILL
         killed = time.monotonic()
         out = run(
