@@ -178,7 +178,9 @@ def test_live_chart_grows_in_jupyterlab(lab: str, artifacts: Path) -> None:
         running_points = [pts for status, pts in seen if status == "running" and pts > 0]
         assert len(set(running_points)) >= 2 and running_points == sorted(running_points), seen[-20:]
         final = _runs(page)[0]
-        assert final["status"] == "succeeded" and final["step"] == 2500 and final["points"] == 5000, final
+        assert final["status"] == "succeeded" and final["step"] == 2500, final
+        # 2 ranks x 2,500 reports, drawn from the sink's bounded picture (at most 1,024 points a line)
+        assert 2 * 500 <= final["points"] <= 2 * 1025, final
         cell = page.locator(".jp-Cell:has(.raynb-run)").first
         cell.scroll_into_view_if_needed()
         cell.screenshot(path=str(artifacts / "jupyterlab-final.png"))
