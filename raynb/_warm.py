@@ -122,8 +122,9 @@ class WarmGroup:
         filename = f"<warm-cell-{self.cells + 1}>"
         names = _read_names(source)
         shipped = {k: namespace[k] for k in names if k in namespace and not k.startswith("_") and k != "raynb"}
+        _check_travels(shipped)
         cell = {"kind": "cell", "source": source, "filename": filename, "first_line": first_line, "globals": shipped}
-        return self._execute(cell, source, display=display)
+        return self._execute(cell, "\n" * (first_line - 1) + source, display=display)
 
     def pull(self, name: str, rank: int = 0) -> Any:
         """The value ``name`` has on ``rank`` (what a warm cell assigned there)."""
@@ -248,6 +249,29 @@ class _Repr:
 def _clock(seconds: float) -> str:
     s = int(seconds)
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+def _check_travels(values: dict[str, Any]) -> None:
+    """Name each notebook global the cell reads that cannot be sent to the workers (as a %%raytrain cell does)."""
+    from ray import cloudpickle
+
+    from .errors import CaptureError
+
+    try:
+        cloudpickle.dumps(values)
+        return
+    except Exception:  # noqa: BLE001 - find which
+        pass
+    bad = []
+    for k, v in values.items():
+        try:
+            cloudpickle.dumps(v)
+        except Exception as e:  # noqa: BLE001
+            bad.append(f"`{k}` ({type(v).__name__}: {e})")
+    raise CaptureError(
+        "The warm cell reads notebook globals that cannot be sent to the workers: " + ", ".join(bad),
+        fix="create such objects in a warm cell (each rank keeps its own), or pass plain values",
+    )
 
 
 def _read_names(source: str) -> set[str]:

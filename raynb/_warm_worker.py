@@ -126,6 +126,8 @@ def run_cell(cell: dict[str, Any], ns: dict[str, Any], own: set[str], rank: int)
         value = cloudpickle.loads(cell["fn"])(cell["config"])
         return _picklable(value) if rank == 0 and value is not None else {}
     if cell["kind"] == "pull":
+        if cell["rank"] != rank:
+            return {}
         name = cell["name"]
         if name not in ns:
             close = difflib.get_close_matches(name, [k for k in ns if not k.startswith("__")], n=5)

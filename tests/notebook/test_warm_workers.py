@@ -93,12 +93,18 @@ def test_a_warm_group_keeps_each_ranks_state_across_cells(home: dict[str, str]) 
         # a failing cell shows its error with the cell's line, and the group stays usable
         bad = errors(run(kc, "%%raytrain --warm\nx = 1\nundefined_thing + x\n", timeout=60))
         assert bad and bad[0]["ename"] == "WarmCellError" and "NameError" in bad[0]["evalue"], bad
-        assert "cell line 3" in bad[0]["evalue"], bad
+        assert "cell line 3" in bad[0]["evalue"] and "undefined_thing + x" in bad[0]["evalue"], bad
         out = run(kc, "%%raytrain --warm\nsteps + x")
         assert _result(out) == "41", text(out)
         # a value that cannot travel: its repr, said so; a name that is not there: close names
         out = run(kc, "%%raytrain --warm\nimport threading\nthreading.Lock()")
         assert "cannot travel back" in _printed(out) and "unlocked" in _result(out), text(out)
+        out = run(kc, "%%raytrain --warm\nif rank == 1:\n    only_on_1 = 'one'")
+        assert not errors(out), text(out)
+        assert _printed(run(kc, "print(g.pull('only_on_1', rank=1))")).strip() == "one"
+        run(kc, "import threading\nlock = threading.Lock()")
+        bad = errors(run(kc, "%%raytrain --warm\nlock"))  # a notebook global that cannot travel: named
+        assert bad and bad[0]["ename"] == "CaptureError" and "`lock`" in bad[0]["evalue"], bad
         bad = errors(run(kc, "g.pull('modle')"))
         assert bad and "no 'modle' on rank 0" in bad[0]["evalue"] and "model" in bad[0]["evalue"], bad
         # a different shape is refused with the way to restart
