@@ -20,7 +20,7 @@ from typing import Any
 
 from .errors import CaptureError, CellSyntaxError, UndefinedNameError
 
-__all__ = ["compile_cell", "serialize", "modules_beside", "FUNCTION_NAME"]
+__all__ = ["compile_cell", "serialize", "untravelable", "modules_beside", "FUNCTION_NAME"]
 
 FUNCTION_NAME = "train_loop_per_worker"
 
@@ -154,16 +154,8 @@ def serialize(fn: Callable[..., Any], pickler: Any = None) -> bytes:
     try:
         return pickler.dumps(fn)
     except Exception as whole:  # noqa: BLE001 - any pickling failure is reported by name below
-        culprits: list[str] = []
         g = getattr(fn, "__globals__", {})
-        for name in sorted(_referenced_names(fn.__code__) & g.keys()):
-            value = g[name]
-            if isinstance(value, types.ModuleType):
-                continue
-            try:
-                pickler.dumps(value)
-            except Exception as e:  # noqa: BLE001
-                culprits.append(f"`{name}` ({type(value).__module__}.{type(value).__qualname__}: {e})")
+        culprits = untravelable({n: g[n] for n in sorted(_referenced_names(fn.__code__) & g.keys())}, pickler)
         if not culprits:
             culprits.append(f"{type(whole).__name__}: {whole}")
         plural = "s" if len(culprits) > 1 else ""
@@ -173,6 +165,19 @@ def serialize(fn: Callable[..., Any], pickler: Any = None) -> bytes:
             fix="create such objects inside the cell (each worker makes its own), or pass the plain values "
             "they need through --config.",
         ) from None
+
+
+def untravelable(values: dict[str, Any], pickler: Any) -> list[str]:
+    """``name (type: why)`` for each value that does not pickle (modules travel by reference: skipped)."""
+    out = []
+    for name, value in values.items():
+        if isinstance(value, types.ModuleType):
+            continue
+        try:
+            pickler.dumps(value)
+        except Exception as e:  # noqa: BLE001
+            out.append(f"`{name}` ({type(value).__module__}.{type(value).__qualname__}: {e})")
+    return out
 
 
 def _stdlib_and_site_roots() -> list[Path]:

@@ -18,6 +18,7 @@ from typing import Any
 from ._current import resolve_settings
 from ._run import Run
 from ._settings import Settings
+from .display.run_view import clock
 from .errors import RaynbError, UsageError, not_connected
 
 __all__ = ["WarmGroup", "warm", "current_warm", "WarmCellError", "WarmGroupLost"]
@@ -102,8 +103,8 @@ class WarmGroup:
         idle = ray.get(self.mailbox.idle_for.remote(), timeout=10)
         mem = ", ".join(f"rank {r} {m:,.0f} MB" for r, m in sorted(self.rss_mb.items())) or "-"
         return (
-            f"warm group {self.name}: {self.shape}, up {_clock(time.time() - self.started)}, idle {_clock(idle)} "
-            f"(ends after {_clock(self.idle_s)} idle), holds {self.gpus} GPUs, {self.cells} cells run, "
+            f"warm group {self.name}: {self.shape}, up {clock(time.time() - self.started)}, idle {clock(idle)} "
+            f"(ends after {clock(self.idle_s)} idle), holds {self.gpus} GPUs, {self.cells} cells run, "
             f"memory per rank: {mem}"
         )
 
@@ -246,28 +247,18 @@ class _Repr:
         return self.text
 
 
-def _clock(seconds: float) -> str:
-    s = int(seconds)
-    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
-
-
 def _check_travels(values: dict[str, Any]) -> None:
     """Name each notebook global the cell reads that cannot be sent to the workers (as a %%raytrain cell does)."""
     from ray import cloudpickle
 
+    from ._cell import untravelable
     from .errors import CaptureError
 
     try:
         cloudpickle.dumps(values)
         return
-    except Exception:  # noqa: BLE001 - find which
-        pass
-    bad = []
-    for k, v in values.items():
-        try:
-            cloudpickle.dumps(v)
-        except Exception as e:  # noqa: BLE001
-            bad.append(f"`{k}` ({type(v).__name__}: {e})")
+    except Exception:  # noqa: BLE001 - find which, below
+        bad = untravelable(values, cloudpickle)
     raise CaptureError(
         "The warm cell reads notebook globals that cannot be sent to the workers: " + ", ".join(bad),
         fix="create such objects in a warm cell (each rank keeps its own), or pass plain values",

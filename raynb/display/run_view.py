@@ -13,7 +13,7 @@ from .svg import line_chart
 if TYPE_CHECKING:
     from .viewed_run import ViewedRun
 
-__all__ = ["run_html", "run_text"]
+__all__ = ["run_html", "run_text", "clock"]
 
 _PHASE_COLORS = {
     "starting workers": "#6c757d",
@@ -26,7 +26,8 @@ _PHASE_COLORS = {
 }
 
 
-def _elapsed(seconds: float) -> str:
+def clock(seconds: float) -> str:
+    """``1:05`` or ``1:02:03``."""
     s = int(seconds)
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
@@ -100,7 +101,7 @@ def _rate_text(s: dict[str, Any]) -> str | None:
 def run_text(run: ViewedRun) -> str:
     """``[run] running  step 12  0:34  loss 0.41  1,234 samples/s  2 workers``."""
     s = _summary(run)
-    parts = [f"[{run.name}] {_status_text(run)}", f"step {run.step}", _elapsed(run.elapsed)]
+    parts = [f"[{run.name}] {_status_text(run)}", f"step {run.step}", clock(run.elapsed)]
     if s["key"]:
         parts.append(f"{s['key']} {_fmt_num(s['last'])}")
     if (rate := _rate_text(s)) is not None:
@@ -144,7 +145,7 @@ def run_html(run: ViewedRun, *, nccl_html: str = "", show_error: bool = True) ->
         )
     stats = [
         f"step <b>{run.step}</b>",
-        f"elapsed <b>{_elapsed(run.elapsed)}</b>",
+        f"elapsed <b>{clock(run.elapsed)}</b>",
         f"<b>{run.spec.workers}</b> {'GPU' if run.spec.gpu else 'CPU'} workers",
     ]
     if s["key"]:
