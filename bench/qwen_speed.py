@@ -2,9 +2,13 @@
 
   python bench/qwen_speed.py --mode both --rounds 3 --workers 1 --out bench/results/NAME.json   # the comparison
   python bench/qwen_speed.py --mode raynb --workers 2 --env NCCL_P2P_DISABLE=1 --env NCCL_SHM_DISABLE=1  # one run
+  python bench/qwen_speed.py --mode warm --workers 1 --out bench/results/NAME.json   # warm cells vs cold (issue 13)
 
 ``--mode both`` runs raynb and bare torchrun in the same invocation, alternating, the order flipped every round, and
-prints the ratio of the medians (the baseline measured in the same run).
+prints the ratio of the medians (the baseline measured in the same run). ``--mode warm`` runs the cold training
+cell, then the notebook's warm cells on one warm group (build, train, evaluate, train, train), then the cold cell again
+if time allows; it reports each warm training cell's time from submission to its first step and the steady tokens/s
+of the warm cells after the first (which compiles) against the cold runs'.
 
 The cells come from notebooks/qwen25_finetune_eks.ipynb (tags "helpers" and "train"), so what is measured is the
 notebook's own code. Random weights from the real config (nothing is downloaded): same compute as the pretrained
@@ -33,17 +37,16 @@ DENSE_BF16_PEAK = {"H200": 989.4e12, "H100": 989.4e12, "L4": 121e12}
 
 def notebook_cells() -> tuple[str, str]:
     """(helpers source, train cell body without its %%raytrain line)."""
-    nb = json.loads(NOTEBOOK.read_text())
-    helpers, body = [], None
-    for c in nb["cells"]:
-        tags = c.get("metadata", {}).get("tags", [])
-        src = "".join(c["source"])
-        if "helpers" in tags:
-            helpers.append(src)
-        if "train" in tags:
-            body = src.split("\n", 1)[1]
+    helpers = "\n\n".join(body for tag, body in tagged_cells() if tag == "helpers")
+    body = next((body for tag, body in tagged_cells() if tag == "train"), None)
     assert body is not None, "no cell tagged 'train' in the notebook"
-    return "\n\n".join(helpers), body
+    return helpers, body.split("\n", 1)[1]
+
+
+def tagged_cells() -> list[tuple[str, str]]:
+    """(tag, source) of every tagged code cell, in order (warm cells: tags warm-build, warm-train, warm-eval)."""
+    nb = json.loads(NOTEBOOK.read_text())
+    return [(t, "".join(c["source"])) for c in nb["cells"] for t in c.get("metadata", {}).get("tags", [])]
 
 
 def matmul_tflops() -> float | None:
@@ -78,9 +81,74 @@ def run_raynb(cfg: dict[str, Any], workers: int, env: dict[str, str]) -> dict[st
     )
     run.raise_for_status()
     nccl = run.nccl.get(0, {})
+    first = json.loads(Path(cfg["timing_file"]).read_text())["first_step_at"]
     return {
         "nccl": {k: nccl.get(k) for k in ("intra_node", "inter_node", "network", "severity", "fallback")},
+        "call_to_first_step_s": first - t0,
         "call_to_end_s": time.time() - t0,
+    }
+
+
+def run_warm(cfg: dict[str, Any], workers: int, train_cells: int) -> dict[str, Any]:
+    """The notebook's warm cells on one warm group: build once, then train / evaluate / train ... Each training
+    cell's time from submission to its first step (synchronised) and its steady tokens/s."""
+    import raynb
+
+    helpers, _ = notebook_cells()
+    cells = {tag: src.split("\n", 1)[1] for tag, src in tagged_cells() if tag.startswith("warm-")}
+    ns: dict[str, Any] = {"__name__": "__main__", "TRAIN_CONFIG": cfg, "STEPS": cfg["steps"]}
+    exec(compile(helpers, "<qwen-notebook-helpers>", "exec"), ns)
+    raynb.up(local=True, progress=lambda m: print(m, file=sys.stderr))
+    t0 = time.time()
+    group = raynb.warm(workers=workers, gpu=cfg["gpu"])
+    print(group.run_cell(cells["warm-build"], ns, display="text"), file=sys.stderr)
+    out: dict[str, Any] = {"group_and_model_s": time.time() - t0, "train_cells": [], "eval_cells": []}
+    for i in range(train_cells):
+        t_submit = time.time()
+        timing = group.run_cell(cells["warm-train"], ns, display="text")
+        out["train_cells"].append(
+            {
+                "cell": i + 1,
+                "submit_to_first_step_s": timing["first_step_at"] - t_submit,
+                "cell_s": time.time() - t_submit,
+                **{k: timing.get(k) for k in ("tokens_per_s", "seconds", "steps_done", "peak_mem_gb")},
+            }
+        )
+        print(f"warm train cell {i + 1}: {out['train_cells'][-1]}", file=sys.stderr, flush=True)
+        if i == 0:
+            t_submit = time.time()
+            ev = group.run_cell(cells["warm-eval"], ns, display=False)
+            out["eval_cells"].append({"cell_s": time.time() - t_submit, **ev})
+    out["status_line"] = repr(group)
+    group.stop()
+    return out
+
+
+def warm_vs_cold(cfg: dict[str, Any], args: Any, timing: Path, gpu: bool) -> dict[str, Any]:
+    """Cold (a %%raytrain run of the training cell), the warm cells, cold again if time allows: one invocation."""
+    import statistics
+
+    t_start = time.time()
+    cold = [one_run("raynb", cfg, args, {}, timing, gpu)]
+    warm = run_warm(cfg, args.workers, args.warm_train_cells)
+    if time.time() - t_start < args.second_cold_within_s:
+        cold.append(one_run("raynb", cfg, args, {}, timing, gpu))
+    later = warm["train_cells"][1:]  # after the first training cell (which compiles)
+    cold_tps = statistics.median(c["tokens_per_s"] for c in cold)
+    warm_tps = statistics.median(c["tokens_per_s"] for c in later)
+    return {
+        "label": args.label,
+        "what": "the Qwen notebook's training cell: cold (%%raytrain: a new Ray Train run) vs the notebook's warm "
+        "cells on one warm group (build once, train, evaluate, train ...), one invocation",
+        "workers": args.workers,
+        "config": {k: cfg[k] for k in ("seq_len", "batch", "steps", "warmup", "compile", "tiny")},
+        "cold": cold,
+        "warm": warm,
+        "cold_call_to_first_step_s": [c["call_to_first_step_s"] for c in cold],
+        "warm_later_cells_submit_to_first_step_s": [c["submit_to_first_step_s"] for c in later],
+        "tokens_per_s_median": {"cold": cold_tps, "warm_later_cells": warm_tps},
+        "ratio_warm_over_cold_tokens_per_s": warm_tps / cold_tps,
+        "target": {"warm_later_cell_first_step_s_max": 3.0, "min_ratio_warm_over_cold": 0.98},
     }
 
 
@@ -149,7 +217,11 @@ def one_run(mode: str, cfg: dict[str, Any], args: Any, env: dict[str, str], timi
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--mode", choices=["raynb", "torchrun", "both"], required=True)
+    ap.add_argument("--mode", choices=["raynb", "torchrun", "both", "warm"], required=True)
+    ap.add_argument("--warm-train-cells", type=int, default=3, help="with --mode warm: training cells on the group")
+    ap.add_argument(
+        "--second-cold-within-s", type=float, default=420, help="with --mode warm: a second cold run if time allows"
+    )
     ap.add_argument("--rounds", type=int, default=3, help="with --mode both: rounds of (raynb, torchrun)")
     ap.add_argument("--out", help="also write the JSON record to this file (bench/results/...)")
     ap.add_argument("--workers", type=int, default=1)
@@ -182,7 +254,9 @@ def main() -> None:
         "output_dir": None,
         "timing_file": str(timing),
     }
-    if args.mode != "both":
+    if args.mode == "warm":
+        out = warm_vs_cold(cfg, args, timing, gpu)
+    elif args.mode != "both":
         out = one_run(args.mode, cfg, args, env, timing, gpu)
     else:
         import statistics

@@ -80,7 +80,7 @@ class WarmGroup:
         )
         _train.follow(self.run_obj, False, settings.refresh_hz, wait=False)  # notes the end, whoever ends it
         self.cells = 0
-        self.rss_mb: dict[int, float] = {}
+        self.memory: dict[int, dict[str, float]] = {}  # rank -> {"ram": MB, "gpu": MB}, as of its last cell
 
     # --- what a user reads ---------------------------------------------------------------------------------------
     @property
@@ -101,7 +101,7 @@ class WarmGroup:
         if not self.alive:
             return f"warm group {self.name}: ended ({self.run_obj.status})"
         idle = ray.get(self.mailbox.idle_for.remote(), timeout=10)
-        mem = ", ".join(f"rank {r} {m:,.0f} MB" for r, m in sorted(self.rss_mb.items())) or "-"
+        mem = "; ".join(f"rank {r} {_memory_text(m)}" for r, m in sorted(self.memory.items())) or "-"
         return (
             f"warm group {self.name}: {self.shape}, up {clock(time.time() - self.started)}, idle {clock(idle)} "
             f"(ends after {clock(self.idle_s)} idle), holds {self.gpus} GPUs, {self.cells} cells run, "
@@ -157,8 +157,8 @@ class WarmGroup:
             if view is not None:
                 view.finish()
         for rank, r in results.items():
-            if "rss_mb" in r:
-                self.rss_mb[rank] = r["rss_mb"]
+            if "memory" in r:
+                self.memory[rank] = r["memory"]
         if any(r.get("interrupted") for r in results.values()):
             print(f"interrupted on every rank; the warm group {self.name} and its state are kept")
             raise KeyboardInterrupt
@@ -237,6 +237,13 @@ class WarmGroup:
                 if self.alive:
                     self.run_obj.stop()
         return f"warm group {self.name} stopped"
+
+
+def _memory_text(m: dict[str, float]) -> str:
+    parts = [f"{m['ram']:,.0f} MB RAM"] if "ram" in m else []
+    if "gpu" in m:
+        parts.append(f"{m['gpu'] / 1024:,.1f} GB GPU")
+    return ", ".join(parts) or "?"
 
 
 class _Repr:

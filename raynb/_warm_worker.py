@@ -14,11 +14,12 @@ import ast
 import ctypes
 import difflib
 import os
+import sys
 import threading
 import time
 from typing import Any
 
-__all__ = ["warm_loop", "WarmMailbox", "run_cell"]
+__all__ = ["warm_loop", "WarmMailbox", "run_cell", "memory_mb"]
 
 #: how long a worker waits for the next cell in one call (it also notices a gone mailbox this often)
 POLL_S = 5.0
@@ -213,13 +214,20 @@ def _run_interruptibly(mailbox: Any, cell: dict[str, Any], ns: dict, own: set[st
     except KeyboardInterrupt:  # it landed just as the cell ended
         result = {"interrupted": True}
     watcher.join(timeout=2)
-    result["rss_mb"] = _rss_mb()
+    result["memory"] = memory_mb()
     return result
 
 
-def _rss_mb() -> float:
+def memory_mb() -> dict[str, float]:
+    """This rank's resident memory and, once the cells have used CUDA, the GPU memory PyTorch holds (reserved by
+    its caching allocator on the cell's current device: what other processes cannot have)."""
+    out: dict[str, float] = {}
     try:
         with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+            out["ram"] = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
     except (OSError, ValueError):
-        return 0.0
+        pass
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        out["gpu"] = torch.cuda.memory_reserved() / 2**20
+    return out

@@ -207,7 +207,7 @@ class RayNBMagics(Magics):
                 + " belong(s) to a run of its own.",
                 fix="set values in a warm cell (they stay on every rank), or drop --warm for a run of its own",
             )
-        shaped = args.workers is not None or args.gpu or args.cpus_per_worker is not None
+        shaped = (args.workers, args.gpu, args.cpus_per_worker) != (None, None, None)
         return warm(settings=settings, shaped=shaped).run_cell(cell, self.ip.user_ns)
 
     def _runs(self, line: str) -> Any:

@@ -4,6 +4,7 @@ kernel whose group ends by itself."""
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -112,7 +113,8 @@ def test_a_warm_group_keeps_each_ranks_state_across_cells(home: dict[str, str]) 
         assert bad and "warm group has 2 CPU" in bad[0]["evalue"] and "warm stop" in bad[0]["evalue"], bad
 
         shown = _printed(run(kc, "%raytrain warm"))
-        assert "2 CPU (1 CPUs each) workers" in shown and "holds 0 GPUs" in shown and "rank 1" in shown, shown
+        assert "2 CPU (1 CPUs each) workers" in shown and "holds 0 GPUs" in shown, shown
+        assert re.search(r"rank 1 [\d,]+ MB RAM", shown), shown  # no CUDA on this machine: RAM only
         status = text(run(kc, "%raycluster status"))
         assert "warm group warm-" in status and "holds 0 GPUs" in status, status
         out = run(kc, "%raytrain warm stop", timeout=120)
