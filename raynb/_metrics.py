@@ -74,6 +74,8 @@ class Reporter:
         #: what this rank printed: (time, stream, line), shipped with the records (bounded like them)
         self._logs: collections.deque[tuple[float, str, str]] = collections.deque(maxlen=max_buffered)
         self._step = 0
+        #: stamped on every record from now on (a warm group sets {"cell": N} as each cell starts)
+        self.tags: dict[str, Any] = {}
         self._in_flight: list[Any] = []
         self.dropped = 0
         self._stop = threading.Event()
@@ -87,7 +89,7 @@ class Reporter:
             step = self._step
         else:
             self._step = step
-        rec = dict(metrics)
+        rec = {**self.tags, **metrics}
         rec["rank"] = self.rank if rank is None else rank
         rec["step"] = step
         rec["time"] = time.time()

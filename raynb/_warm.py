@@ -208,7 +208,7 @@ class WarmGroup:
             if not done.wait(STUCK_AFTER_S):
                 stuck = sorted(set(range(self.shape.workers)) - set(got))
                 done.set()
-                self.stop()
+                self.stop(force=True)
                 raise WarmGroupLost(
                     f"Rank(s) {', '.join(map(str, stuck))} did not stop within {STUCK_AFTER_S:g} s of the interrupt "
                     "(blocked in a collective, or in C code): the warm group was stopped and its state is lost.",
@@ -222,8 +222,9 @@ class WarmGroup:
             )
         return got
 
-    def stop(self) -> str:
-        """End the group: its workers exit and give their resources back."""
+    def stop(self, *, force: bool = False) -> str:
+        """End the group: its workers exit and give their resources back. ``force``: do not wait for them to finish
+        (a rank blocked in a collective never would); Ray Train stops them."""
         import ray
 
         global _group
@@ -232,7 +233,8 @@ class WarmGroup:
         if self.alive:
             try:
                 ray.get(self.mailbox.stop.remote(), timeout=10)
-                self.run_obj.wait(30)
+                if not force:
+                    self.run_obj.wait(30)
             finally:
                 if self.alive:
                     self.run_obj.stop()

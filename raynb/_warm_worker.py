@@ -164,9 +164,11 @@ def warm_loop(config: dict[str, Any]) -> None:
     import ray
     import ray.train
 
+    from ._metrics import current_reporter
     from ._worker import _frames
 
     mailbox = config["mailbox"]
+    reporter = current_reporter()
     rank = ray.train.get_context().get_world_rank()
     ns: dict[str, Any] = {"__name__": "__raynb_warm__", "__builtins__": __builtins__}
     own: set[str] = set()
@@ -182,6 +184,8 @@ def warm_loop(config: dict[str, Any]) -> None:
             print(f"[warm group] ends: {cell['why']}")
             return
         after = cell["id"]
+        if reporter is not None and cell["kind"] != "pull":
+            reporter.tags["cell"] = cell["id"]  # run.metrics gains a `cell` column; rates restart with each cell
         result = _run_interruptibly(mailbox, cell, ns, own, rank, _frames)
         for _ in range(3):
             try:

@@ -112,8 +112,12 @@ class Aggregate:
         self._mean = _PerStep(complete_only=False)
         self._total = _PerStep(complete_only=True)
         self._prev_t: dict[int, float] = {}
-        #: per step: the counts every rank reported (samples/tokens), the latest time one arrived, how many ranks
-        self._counts: dict[float, list[float]] = {}
+        #: per rank, the (attempt, warm cell) of its latest record; rates never span two segments (a pause between)
+        self._segment: dict[int, tuple[int, int]] = {}
+        self._newest = (1, 0)
+        #: per step: the counts every rank reported (samples/tokens), the latest time one arrived, how many ranks,
+        #: the segment
+        self._counts: dict[float, list[Any]] = {}
         self._pending: list[dict[str, Any]] = []  # records seen before the plotted key is known (bounded)
         #: (step, attempt) where Ray Train started the workers again after a failure
         self.restarts: list[tuple[float, int]] = []
@@ -145,9 +149,13 @@ class Aggregate:
                     self._pending.clear()
             if self.key is not None:
                 self._add_metric(r)
+            segment = (attempt, int(r.get("cell") or 0))  # a restart or a new warm cell: the pause before it is
+            if self._segment.get(rank) != segment:  # not a step
+                self._segment[rank], self._newest = segment, max(self._newest, segment)
+                self._prev_t.pop(rank, None)
             count = next((v for k, _u in _COUNT_KEYS if (v := _num(r.get(k))) is not None), None)
             if count is not None and t is not None:
-                acc_c = self._counts.setdefault(step, [0.0, 0.0, 0])
+                acc_c = self._counts.setdefault(step, [0.0, 0.0, 0, segment])
                 acc_c[0] += count
                 acc_c[1] = max(acc_c[1], t)
                 acc_c[2] += 1
@@ -203,10 +211,10 @@ class Aggregate:
 
     def counted_rate(self, *, window_s: float = 10.0, min_span_s: float = 2.0) -> float | None:
         """Cluster throughput from reported counts: what all ranks counted over the last ``window_s`` seconds of
-        complete steps, divided by that time. Needs ``min_span_s`` of reports: a burst of back-to-back reports has no
+        complete steps of the newest segment (attempt, warm cell), divided by that time. Needs ``min_span_s`` of reports: a burst of back-to-back reports has no
         time base, so None (shown as "–"), not a made-up rate."""
         ranks = len(self.tput_ranks) or 1
-        steps = sorted((c[1], c[0]) for c in self._counts.values() if c[2] >= ranks)  # (time, count) per step
+        steps = sorted((c[1], c[0]) for c in self._counts.values() if c[2] >= ranks and c[3] == self._newest)
         if len(steps) < 2:
             return None
         t_end = steps[-1][0]

@@ -17,6 +17,7 @@ from conftest import HERE_PY, ROOT, apply, delete
 
 from raynb import _kube_api as kube
 from raynb.notebook import execute
+from tests.notebook.qwen_checks import check_warm_section
 
 pytestmark = pytest.mark.k8s
 NOTEBOOK = ROOT / "notebooks" / "qwen25_finetune_eks.ipynb"
@@ -78,5 +79,6 @@ def test_qwen_notebook_on_the_kubernetes_path(head_behind_pods, clean, tmp_path:
     assert states.get("EFA and NVIDIA device plugins ready") == "✓", states
     assert states.get("EFA requested by worker pods") == "✓" and states.get("notebook vs image versions") == "✓"
     assert "✗" not in states.values(), states
+    check_warm_section(cells, steps=60)  # warm workers through the port-forward
     assert "deleted" in text  # %raycluster down
     assert kube.get_raycluster(kube.connect_api(), kube.RayClusterRef("ray-train-cluster", "ray-train")) is None

@@ -10,6 +10,7 @@ import nbformat
 import pytest
 
 from raynb.notebook import execute
+from tests.notebook.qwen_checks import check_warm_section
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "notebooks" / "qwen25_finetune_eks.ipynb"
@@ -77,3 +78,4 @@ def test_qwen_notebook_on_the_embedded_cluster(artifacts: Path, tmp_path: Path) 
     assert any((tmp_path / "weights").glob("*.safetensors"))
     m = re.search(r'fine-tuned weights: ([^\s\\"]+)', text)  # the Ray Train checkpoint in the run's storage path
     assert m and (Path(m[1]) / "config.json").exists(), text[-2000:]
+    check_warm_section(nbformat.read(out, as_version=4).cells, steps=120)

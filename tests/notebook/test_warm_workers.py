@@ -74,17 +74,7 @@ def test_a_warm_group_keeps_each_ranks_state_across_cells(home: dict[str, str]) 
         loop = kc.execute("%%raytrain --warm\nimport time\nwhile True:\n    time.sleep(0.05)\n")
         time.sleep(4)
         _km.interrupt_kernel()
-        deadline = time.monotonic() + 60
-        seen: list[dict] = []
-        while time.monotonic() < deadline:
-            try:
-                m = kc.get_iopub_msg(timeout=1)
-            except Exception:  # noqa: BLE001 - queue.Empty
-                continue
-            if m["parent_header"].get("msg_id") == loop:
-                seen.append(m)
-                if m["msg_type"] == "status" and m["content"]["execution_state"] == "idle":
-                    break
+        seen = _until_idle(kc, loop, timeout=60)
         assert any(m["msg_type"] == "error" and m["content"]["ename"] == "KeyboardInterrupt" for m in seen), seen
         assert "state are kept" in _printed(seen), seen
         time.sleep(1)  # ipykernel drops requests that arrive right after an error (stop_on_error)
@@ -120,16 +110,51 @@ def test_a_warm_group_keeps_each_ranks_state_across_cells(home: dict[str, str]) 
         out = run(kc, "%raytrain warm stop", timeout=120)
         assert "stopped" in _printed(out), text(out)
         # no worker left behind: every CPU is free again
-        out = run(
-            kc,
-            "import ray, time\nt = time.time()\n"
-            "while ray.available_resources().get('CPU', 0) < ray.cluster_resources()['CPU'] and time.time() - t < 60:\n"
-            "    time.sleep(0.5)\nprint(ray.available_resources().get('CPU'), ray.cluster_resources()['CPU'])",
-            timeout=90,
+        out = run(kc, WAIT_ALL_CPUS_FREE, timeout=90)
+        free, total = _printed(out).split()
+        assert free == total, text(out)
+
+        # a rank blocked inside a collective cannot take the interrupt: after 10 s the group is stopped, said plainly
+        out = run(kc, "%%raytrain --warm --workers 2\nimport torch, torch.distributed as dist\ndist.get_backend()", 300)
+        assert _result(out) == "'gloo'", text(out)
+        stuck = kc.execute(
+            "%%raytrain --warm\nimport time\nif dist.get_rank() == 0:\n    dist.all_reduce(torch.ones(1))  # rank 1 "
+            "never joins\nelse:\n    while True:\n        time.sleep(0.05)\n"
         )
+        time.sleep(4)
+        _km.interrupt_kernel()
+        seen = _until_idle(kc, stuck, timeout=90)
+        lost = [m["content"] for m in seen if m["msg_type"] == "error"]
+        assert lost and lost[0]["ename"] == "WarmGroupLost", seen
+        assert "Rank(s) 0 did not stop within 10 s" in lost[0]["evalue"] and "state is lost" in lost[0]["evalue"], lost
+        time.sleep(1)  # stop_on_error, as above
+        out = run(kc, WAIT_ALL_CPUS_FREE, timeout=90)  # the stuck group's workers are gone too
         free, total = _printed(out).split()
         assert free == total, text(out)
         run(kc, "%raycluster down", timeout=120)
+
+
+WAIT_ALL_CPUS_FREE = (
+    "import ray, time\nt = time.time()\n"
+    "while ray.available_resources().get('CPU', 0) < ray.cluster_resources()['CPU'] and time.time() - t < 60:\n"
+    "    time.sleep(0.5)\nprint(ray.available_resources().get('CPU'), ray.cluster_resources()['CPU'])"
+)
+
+
+def _until_idle(kc, msg_id: str, timeout: float) -> list[dict]:
+    """The iopub messages of one execute request, up to its kernel going idle."""
+    deadline = time.monotonic() + timeout
+    seen: list[dict] = []
+    while time.monotonic() < deadline:
+        try:
+            m = kc.get_iopub_msg(timeout=1)
+        except Exception:  # noqa: BLE001 - queue.Empty
+            continue
+        if m["parent_header"].get("msg_id") == msg_id:
+            seen.append(m)
+            if m["msg_type"] == "status" and m["content"]["execution_state"] == "idle":
+                break
+    return seen
 
 
 def test_a_killed_kernels_warm_group_ends_within_a_minute(home: dict[str, str]) -> None:

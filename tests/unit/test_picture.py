@@ -78,3 +78,21 @@ def test_a_rank_far_behind_does_not_bend_the_mean() -> None:
         agg.add([{"rank": 0, "step": step, "time": step, "loss": 1.0}])
     agg.add([{"rank": 1, "step": 1, "time": 1, "loss": 99.0}])  # 1,000 steps late: its step was folded already
     assert max(y for _x, y in agg.metric_mean()) == 1.0
+
+
+def test_the_pause_between_warm_cells_is_not_a_slow_step() -> None:
+    """A warm group's cells report with a `cell` tag; the minutes between two cells must not show as one slow step
+    or drag the current throughput down."""
+    agg = Aggregate()
+    for cell, start in ((1, 0.0), (2, 300.0)):  # cell 2 starts five minutes after cell 1 ended
+        for i in range(1, 41):
+            step = (cell - 1) * 40 + i
+            agg.add(
+                [
+                    {"rank": r, "step": step, "time": start + i * 0.1, "loss": 1.0, "tokens": 100, "cell": cell}
+                    for r in range(2)
+                ]
+            )
+    rates = [y for _x, y in agg.tput_total()]
+    assert abs(min(rates) - 2000) < 1e-6 and abs(max(rates) - 2000) < 1e-6  # no dip at the first step of cell 2
+    assert abs(agg.counted_rate() - 2 * 100 / 0.1) < 1e-6  # over cell 2 only, not across the pause
