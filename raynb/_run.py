@@ -70,6 +70,8 @@ class Run:
         #: read every record into this kernel when the run ends (a run started here); an attached run's records
         #: stay on the cluster until asked for (``run.metrics``)
         self._keep_records = True
+        #: a thread of this kernel follows the run while cells go on (a background run, or one the user detached)
+        self._in_background = False
         #: starts the same function again with changes (set by whoever started this run: ``_train.py``)
         self._rerun: Callable[..., Run] | None = None
 
@@ -295,9 +297,16 @@ class Run:
         finally:
             self._done.set()
 
-    def _wait(self, on_tick: Callable[[], None] | None = None, *, stop_on_interrupt: bool = True) -> None:
+    def _wait(
+        self,
+        on_tick: Callable[[], None] | None = None,
+        *,
+        stop_on_interrupt: bool = True,
+        until: Callable[[], bool] | None = None,
+    ) -> bool:
         """Wait for the end, redrawing at most ``refresh_hz`` times a second; an interrupt aborts the run (or, with
-        ``stop_on_interrupt=False``, ends only the waiting: a run this kernel attached to goes on)."""
+        ``stop_on_interrupt=False``, ends only the waiting: a run this kernel attached to goes on). Returns False,
+        the run going on, when ``until()`` says to stop waiting (Detach)."""
         period = 1.0 / max(self.settings.refresh_hz, 0.5)
         previous = signal.getsignal(signal.SIGINT)
         in_main = threading.current_thread() is threading.main_thread()
@@ -308,6 +317,8 @@ class Run:
                 self._note_progress()
                 if on_tick:
                     on_tick()
+                if until is not None and until():
+                    return False
             self._finish()
         except KeyboardInterrupt:
             if stop_on_interrupt:
@@ -319,6 +330,7 @@ class Run:
                 on_tick()
             if _active is self:
                 set_active(None)
+        return True
 
     def _note_progress(self) -> None:
         if (

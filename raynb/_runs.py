@@ -129,7 +129,7 @@ def attach(name: str, *, display: bool | str | None = None, wait: bool = False) 
     run = Run._attached(info, launcher, sink, resolve_settings(), reg)
     here = wait or info["status"] not in ACTIVE  # a finished run: its final picture, at once
     view = follow(run, display, run.settings.refresh_hz, wait=here, stop_on_interrupt=False)
-    if here and view is not None:
+    if here and view is not None and not run._in_background:  # not when the user clicked Detach
         view.finish()
     return run
 

@@ -202,9 +202,10 @@ def _rerun(
 def follow(
     run: Run, display: bool | str | None, hz: float, *, wait: bool, stop_on_interrupt: bool = True
 ) -> LiveView | None:
-    """Show ``run`` live until it ends: here (``wait``; the caller draws the last picture with the view returned), or
-    from a background thread while the kernel runs other cells (a background run, an attached one). In a terminal a
-    background run prints one line rather than a line that moves under the user's typing."""
+    """Show ``run`` live until it ends: here (``wait``; the caller draws the last picture with the view returned, or,
+    when the user clicked Detach, the run goes on as below), or from a background thread while the kernel runs other
+    cells (a background run, an attached one). In a terminal a background run prints one line rather than a line
+    that moves under the user's typing."""
     from .display import LiveView, frontend
 
     mode = display if isinstance(display, str) else None
@@ -212,15 +213,29 @@ def follow(
         print(f"[{run.name}] goes on in the background: run.wait() waits for it, run.stop() stops it")
         display = False
     view = LiveView(run, mode=mode, hz=hz).start() if display is not False else None
-    if wait:
-        run._wait(on_tick=view.refresh if view else None, stop_on_interrupt=stop_on_interrupt)
-        return view
-
     controls = None
     if view is not None and view.mode == "html":
         from .display.controls import RunControls
 
-        controls = RunControls(run.name, run.stop).show()
+        controls = RunControls(run.name, run.stop, detachable=wait).show()
+    if wait:
+        ended = run._wait(
+            on_tick=view.refresh if view else None,
+            stop_on_interrupt=stop_on_interrupt,
+            until=controls.detach_requested.is_set if controls else None,
+        )
+        if ended:
+            if controls is not None:
+                controls.close()
+            return view
+        assert controls is not None
+        controls.detached()
+        print(
+            f"[{run.name}] detached: it goes on in the background (this view keeps updating); run.wait() waits for "
+            f"it, %raytrain attach {run.name} shows it in another cell or kernel"
+        )
+
+    run._in_background = True
 
     def in_background() -> None:
         run._wait(on_tick=view.refresh if view else None)
@@ -246,7 +261,7 @@ def _run_payload(
     return at once; the view goes on updating in the background."""
     run = _start_payload(payload, settings, **kw)
     view = follow(run, display, settings.refresh_hz, wait=wait)
-    if not wait:
+    if run._in_background:  # wait=False, or the user clicked Detach
         return run
     raises = run.status in ("aborted", "detached") or (raise_on_failure and run.status == "failed")
     if view is not None:

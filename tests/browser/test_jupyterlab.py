@@ -231,3 +231,52 @@ def test_the_stop_button_stops_a_background_run(lab: str, tmp_path: Path, artifa
         page.wait_for_selector("button.raynb-stop", state="detached", timeout=30_000)  # gone with the run
         page.locator(".jp-Cell:has(.raynb-run)").first.screenshot(path=str(artifacts / "jupyterlab-stopped.png"))
         browser.close()
+
+
+def test_detach_returns_a_waiting_cell_and_the_run_goes_on(lab: str, tmp_path: Path, artifacts: Path) -> None:
+    """A cell that waits on its run: Detach (clicked while the cell runs) lets the cell return and the next cell run,
+    while the run goes on and its view keeps updating; then Stop, in the same bar, stops it."""
+    from playwright.sync_api import sync_playwright
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("%load_ext raynb\n%raycluster up --local"),
+        nbformat.v4.new_code_cell(
+            "%%raytrain --workers 1 --out fg --name detach-me\nimport raynb, time\n"
+            "for i in range(1_000_000):\n    time.sleep(0.1)\n    raynb.report(loss=1.0 / (i + 1))"
+        ),
+        nbformat.v4.new_code_cell("print('next cell ran while', fg.name, 'was', fg.status)"),
+    ]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, tmp_path / "detach.ipynb")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROME_ARGS, headless=True)
+        page = browser.new_page(viewport={"width": 1300, "height": 1000})
+        page.goto(f"{lab}/lab/tree/detach.ipynb?reset")
+        page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
+        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=90_000)
+        _run_all(page, artifacts)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not (_runs(page) and _runs(page)[0]["step"] >= 3):
+            time.sleep(0.25)
+        assert _runs(page) and _runs(page)[0]["status"] == "running", _runs(page)
+        printed = page.locator(".jp-OutputArea-output", has_text="next cell ran while")
+        assert printed.count() == 0  # the cell still waits on its run
+        button = page.locator("button.raynb-detach")
+        button.scroll_into_view_if_needed()
+        page.locator(".jp-Cell:has(.raynb-run)").first.screenshot(path=str(artifacts / "jupyterlab-detach-button.png"))
+        button.click()
+        printed.filter(has_text="detach-me was running").wait_for(timeout=60_000)
+        page.wait_for_selector("button.raynb-detach", state="detached", timeout=10_000)  # only Stop stays
+        step = _runs(page)[0]["step"]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and _runs(page)[0]["step"] < step + 10:
+            time.sleep(0.25)
+        assert _runs(page)[0]["step"] >= step + 10, _runs(page)  # the detached run's view keeps updating
+        page.locator(".jp-Cell:has(.raynb-run)").first.screenshot(path=str(artifacts / "jupyterlab-detached.png"))
+        page.locator("button.raynb-stop").click()
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and _runs(page)[0]["status"] != "aborted":
+            time.sleep(0.25)
+        assert _runs(page)[0]["status"] == "aborted", _runs(page)
+        browser.close()
