@@ -20,6 +20,7 @@ from typing import Any, Literal
 from . import _metrics
 from ._launcher import prewarm, take_spare
 from ._run_error import RunError, assemble_error, nccl_hint
+from ._run_journal import remember
 from ._run_registry import registry
 from ._run_spec import RunSpec
 from ._settings import Settings
@@ -246,6 +247,7 @@ class Run:
             raise UsageError(
                 f"A run named {self.name!r} was just started by {taken.get('user')}.", fix="give another name"
             )
+        remember(self.name, self.started_at, self.spec.storage_path)
         spec = {
             "name": self.name,
             "registry": self._registry,

@@ -31,6 +31,7 @@ class RunRegistry:
     """Async actor (0 CPUs): name → the run's info, launcher and sink handles."""
 
     def __init__(self) -> None:
+        self.started = time.time()  # the head (re)started about then: runs from before are gone with it
         self._runs: dict[str, dict[str, Any]] = {}
         self._handles: dict[str, tuple[Any, Any]] = {}
         self._changed: dict[str, asyncio.Event] = {}
@@ -102,6 +103,9 @@ class RunRegistry:
                     outcome={"status": "failed", "error_type": type(e).__name__, "message": str(e)[:2000]},
                 )
                 self._changed[name].set()
+
+    async def started_at(self) -> float:
+        return self.started
 
     async def echo(self, handles: list[Any]) -> list[Any]:
         """The handles given, back: see ``_launcher.warm_handles``."""

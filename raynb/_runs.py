@@ -11,6 +11,7 @@ from typing import Any
 
 from ._current import resolve_settings
 from ._run import Run
+from ._run_journal import recall, remember
 from ._run_registry import ACTIVE, find_registry, registry
 from .display.tables import table
 from .errors import UsageError, not_connected
@@ -98,7 +99,27 @@ def active_runs() -> list[str]:
 
 
 def _unknown(name: str) -> UsageError:
+    """No such run here: gone with the head (this machine saw it start before the head's run list did), or never
+    here (a misspelt name, another cluster)."""
+    import ray
+
     known = runs().names()
+    saw = "runs here: " + (", ".join(known) if known else "none")
+    seen = recall(name)
+    try:
+        head_since = float(ray.get(_registry().started_at.remote(), timeout=10))
+    except Exception:  # noqa: BLE001 - a registry from an older raynb
+        head_since = None
+    if seen is not None and head_since is not None and seen["started"] < head_since:
+        where = f"{seen['storage_path'] or '~/ray_results on the head (Ray default)'}/{name}"
+        return UsageError(
+            f"The run {name!r} is gone with this cluster's head: the head started again at {_hm(head_since)}, after "
+            f"the run started at {_hm(seen['started'])} (on Kubernetes: its head pod was replaced). The run list "
+            "and the run's driver lived on the head.",
+            saw=saw,
+            fix=f"checkpoints it saved are under {where}: run the cell again with `--name {name}` (the same "
+            "storage path) and it resumes from the newest one through ray.train.get_checkpoint()",
+        )
     fix = "`%raytrain ls` lists them; runs live on the cluster they were started on (connect to that one)."
     if not known:  # nothing at all: the head may be new since the run started
         where = resolve_settings().storage_path or "Ray's default, ~/ray_results on the head"
@@ -106,11 +127,11 @@ def _unknown(name: str) -> UsageError:
             " If this cluster's head restarted since the run started (on Kubernetes: its head pod was replaced), "
             f"the run ended with it -- the run list lives on the head. Checkpoints it saved are under {where}."
         )
-    return UsageError(
-        f"No run named {name!r} on this cluster.",
-        saw="runs here: " + (", ".join(known) if known else "none"),
-        fix=fix,
-    )
+    return UsageError(f"No run named {name!r} on this cluster.", saw=saw, fix=fix)
+
+
+def _hm(t: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t))
 
 
 def attach(name: str, *, display: bool | str | None = None, wait: bool = False) -> Run:
@@ -126,9 +147,11 @@ def attach(name: str, *, display: bool | str | None = None, wait: bool = False) 
     if found is None:
         raise _unknown(name)
     info, launcher, sink = found
+    remember(name, info["started"], info["spec"].get("storage_path"))
     run = Run._attached(info, launcher, sink, resolve_settings(), reg)
-    here = wait or info["status"] not in ACTIVE  # a finished run: its final picture, at once
-    view = follow(run, display, run.settings.refresh_hz, wait=here, stop_on_interrupt=False)
+    going = info["status"] in ACTIVE
+    here = wait or not going  # a finished run: its final picture, at once
+    view = follow(run, display, run.settings.refresh_hz, wait=here, stop_on_interrupt=False, controls_shown=going)
     if here and view is not None and not run._in_background:  # not when the user clicked Detach
         view.finish()
     return run

@@ -200,7 +200,13 @@ def _rerun(
 
 
 def follow(
-    run: Run, display: bool | str | None, hz: float, *, wait: bool, stop_on_interrupt: bool = True
+    run: Run,
+    display: bool | str | None,
+    hz: float,
+    *,
+    wait: bool,
+    stop_on_interrupt: bool = True,
+    controls_shown: bool = True,
 ) -> LiveView | None:
     """Show ``run`` live until it ends: here (``wait``; the caller draws the last picture with the view returned, or,
     when the user clicked Detach, the run goes on as below), or from a background thread while the kernel runs other
@@ -214,7 +220,7 @@ def follow(
         display = False
     view = LiveView(run, mode=mode, hz=hz).start() if display is not False else None
     controls = None
-    if view is not None and view.mode == "html":
+    if view is not None and view.mode == "html" and controls_shown:
         from .display.controls import RunControls
 
         controls = RunControls(run.name, run.stop, detachable=wait).show()

@@ -95,6 +95,21 @@ def test_a_run_outlives_a_killed_kernel_and_is_attached_from_a_new_one(home: dic
         listing = text(run(kc, "%raytrain ls", timeout=60))  # nothing is running in the background here
         row = [ln for ln in listing.splitlines() if ln.startswith("outlive ")]
         assert row and " running " in row[0] and "2" in row[0], listing
+        # what rank 1 prints, as it prints it, until the run ends
+        arrivals: list[tuple[float, str]] = []
+        run(
+            kc,
+            "%raytrain logs outlive --rank 1 --follow",
+            timeout=300,
+            on_msg=lambda m: m["msg_type"] == "stream" and arrivals.append((time.monotonic(), m["content"]["text"])),
+        )
+        followed = "".join(t for _, t in arrivals).splitlines()
+        assert followed[0] == "rank 1 at 0" and followed[-3:] == [
+            "rank 1 at 120",
+            "rank 1 at 180",
+            "(run outlive succeeded)",
+        ], followed
+        assert arrivals[-1][0] - arrivals[0][0] > 10, arrivals  # live: lines came while the run went on
         attached = run(kc, "%raytrain attach outlive --out a --wait", timeout=300)
         assert not errors(attached), text(attached)
         html = [m for m in attached if m["msg_type"] in ("display_data", "update_display_data")][-1]
@@ -146,6 +161,13 @@ def test_stop_from_another_kernel_and_the_refusals(home: dict[str, str]) -> None
         unknown = errors(run(b, "%raytrain attach nope", timeout=60))
         assert unknown and "No run named 'nope'" in unknown[0]["evalue"] and "long" in "".join(unknown[0]["traceback"])
         run(b, "%raycluster disconnect", timeout=60)
+        # the head stops and starts again (on Kubernetes: its pod is replaced): the run is gone with it, said so
+        run(a, "%raycluster down", timeout=120)
+        up = run(a, "%raycluster up --local", timeout=300)
+        assert "embedded Ray head ready" in text(up), text(up)  # a new head, not the old one
+        lost = errors(run(a, "%raytrain attach long", timeout=60))
+        assert lost and "The run 'long' is gone with this cluster's head" in lost[0]["evalue"], lost
+        assert "ray_results on the head (Ray default)/long" in "".join(lost[0]["traceback"]), lost
         run(a, "%raycluster down", timeout=120)
 
 
