@@ -363,4 +363,8 @@ def warm(
     _check_free(shape)
     idle = settings.warm_idle_timeout_s if idle_timeout_s is None else idle_timeout_s
     _group = WarmGroup(shape, settings, idle)
+    print(
+        f"warm group {_group.name}: {shape}; it holds {_group.gpus} GPUs until `%raytrain warm stop`, "
+        f"{clock(idle)} idle, or this kernel's end"
+    )
     return _group

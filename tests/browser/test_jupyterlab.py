@@ -3,6 +3,7 @@ the run goes, and the final picture stays. Screenshots land in test-artifacts/."
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -13,6 +14,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
@@ -145,17 +147,39 @@ def _run_all(page, artifacts: Path) -> None:
     assert _kernel_busy_or_done(page, 60), "JupyterLab did not start running the notebook"
 
 
-def test_live_chart_grows_in_jupyterlab(lab: str, artifacts: Path) -> None:
+@contextlib.contextmanager
+def _running_notebook(lab: str, path: str, artifacts: Path) -> Iterator[Any]:
+    """A chromium page with the notebook at ``path`` open in JupyterLab and Run All clicked."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROME_ARGS, headless=True)
         page = browser.new_page(viewport={"width": 1300, "height": 1000})
-        page.goto(f"{lab}/lab/tree/quickstart.ipynb")
+        page.goto(f"{lab}/lab/tree/{path}")
         page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
         page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=90_000)
         _run_all(page, artifacts)
+        try:
+            yield page
+        finally:
+            browser.close()
 
+
+def _write_notebook(path: Path, *cells: str) -> None:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+
+
+def _until(cond: Any, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and not cond():
+        time.sleep(0.25)
+
+
+def test_live_chart_grows_in_jupyterlab(lab: str, artifacts: Path) -> None:
+    with _running_notebook(lab, "quickstart.ipynb", artifacts) as page:
         seen: list[tuple[str, int, int]] = []  # (status, loss points, step) of the first run while it goes
         shots = 0
         deadline = time.monotonic() + 480
@@ -189,76 +213,41 @@ def test_live_chart_grows_in_jupyterlab(lab: str, artifacts: Path) -> None:
         cell.screenshot(path=str(artifacts / "jupyterlab-final.png"))
         assert cell.locator("svg[data-chart=loss] polyline").count() >= 1
         page.screenshot(path=str(artifacts / "jupyterlab-page.png"), full_page=False)
-        browser.close()
 
 
 def test_the_stop_button_stops_a_background_run(lab: str, tmp_path: Path, artifacts: Path) -> None:
-    from playwright.sync_api import sync_playwright
-
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [
-        nbformat.v4.new_code_cell("%load_ext raynb\n%raycluster up --local"),
-        nbformat.v4.new_code_cell(
-            "%%raytrain --workers 1 --background --out bg --name stop-me\nimport raynb, time\n"
-            "for i in range(1_000_000):\n    time.sleep(0.1)\n    raynb.report(loss=1.0 / (i + 1))"
-        ),
-    ]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(nb, tmp_path / "stop.ipynb")
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROME_ARGS, headless=True)
-        page = browser.new_page(viewport={"width": 1300, "height": 1000})
-        page.goto(f"{lab}/lab/tree/stop.ipynb?reset")
-        page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
-        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=90_000)
-        _run_all(page, artifacts)
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            runs = _runs(page)
-            if runs and runs[0]["status"] == "running" and runs[0]["step"] >= 3:
-                break
-            time.sleep(0.25)
+    _write_notebook(
+        tmp_path / "stop.ipynb",
+        "%load_ext raynb\n%raycluster up --local",
+        "%%raytrain --workers 1 --background --out bg --name stop-me\nimport raynb, time\n"
+        "for i in range(1_000_000):\n    time.sleep(0.1)\n    raynb.report(loss=1.0 / (i + 1))",
+    )
+    with _running_notebook(lab, "stop.ipynb?reset", artifacts) as page:
+        _until(lambda: _runs(page) and _runs(page)[0]["status"] == "running" and _runs(page)[0]["step"] >= 3, 300)
         assert _runs(page) and _runs(page)[0]["step"] >= 3, _runs(page)
         button = page.locator("button.raynb-stop")
         button.scroll_into_view_if_needed()
         page.locator(".jp-Cell:has(.raynb-run)").first.screenshot(path=str(artifacts / "jupyterlab-stop-button.png"))
         button.click()
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and _runs(page)[0]["status"] != "aborted":
-            time.sleep(0.25)
+        _until(lambda: _runs(page)[0]["status"] == "aborted", 90)
         final = _runs(page)[0]
         assert final["status"] == "aborted", final
         page.wait_for_selector("button.raynb-stop", state="detached", timeout=30_000)  # gone with the run
         page.locator(".jp-Cell:has(.raynb-run)").first.screenshot(path=str(artifacts / "jupyterlab-stopped.png"))
-        browser.close()
 
 
 def test_detach_returns_a_waiting_cell_and_the_run_goes_on(lab: str, tmp_path: Path, artifacts: Path) -> None:
     """A cell that waits on its run: Detach (clicked while the cell runs) lets the cell return and the next cell run,
     while the run goes on and its view keeps updating; then Stop, in the same bar, stops it."""
-    from playwright.sync_api import sync_playwright
-
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [
-        nbformat.v4.new_code_cell("%load_ext raynb\n%raycluster up --local"),
-        nbformat.v4.new_code_cell(
-            "%%raytrain --workers 1 --out fg --name detach-me\nimport raynb, time\n"
-            "for i in range(1_000_000):\n    time.sleep(0.1)\n    raynb.report(loss=1.0 / (i + 1))"
-        ),
-        nbformat.v4.new_code_cell("print('next cell ran while', fg.name, 'was', fg.status)"),
-    ]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(nb, tmp_path / "detach.ipynb")
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROME_ARGS, headless=True)
-        page = browser.new_page(viewport={"width": 1300, "height": 1000})
-        page.goto(f"{lab}/lab/tree/detach.ipynb?reset")
-        page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
-        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=90_000)
-        _run_all(page, artifacts)
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and not (_runs(page) and _runs(page)[0]["step"] >= 3):
-            time.sleep(0.25)
+    _write_notebook(
+        tmp_path / "detach.ipynb",
+        "%load_ext raynb\n%raycluster up --local",
+        "%%raytrain --workers 1 --out fg --name detach-me\nimport raynb, time\n"
+        "for i in range(1_000_000):\n    time.sleep(0.1)\n    raynb.report(loss=1.0 / (i + 1))",
+        "print('next cell ran while', fg.name, 'was', fg.status)",
+    )
+    with _running_notebook(lab, "detach.ipynb?reset", artifacts) as page:
+        _until(lambda: _runs(page) and _runs(page)[0]["step"] >= 3, 300)
         assert _runs(page) and _runs(page)[0]["status"] == "running", _runs(page)
         printed = page.locator(".jp-OutputArea-output", has_text="next cell ran while")
         assert printed.count() == 0  # the cell still waits on its run
@@ -269,14 +258,9 @@ def test_detach_returns_a_waiting_cell_and_the_run_goes_on(lab: str, tmp_path: P
         printed.filter(has_text="detach-me was running").wait_for(timeout=60_000)
         page.wait_for_selector("button.raynb-detach", state="detached", timeout=10_000)  # only Stop stays
         step = _runs(page)[0]["step"]
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and _runs(page)[0]["step"] < step + 10:
-            time.sleep(0.25)
+        _until(lambda: _runs(page)[0]["step"] >= step + 10, 60)
         assert _runs(page)[0]["step"] >= step + 10, _runs(page)  # the detached run's view keeps updating
         page.locator(".jp-Cell:has(.raynb-run)").first.screenshot(path=str(artifacts / "jupyterlab-detached.png"))
         page.locator("button.raynb-stop").click()
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and _runs(page)[0]["status"] != "aborted":
-            time.sleep(0.25)
+        _until(lambda: _runs(page)[0]["status"] == "aborted", 90)
         assert _runs(page)[0]["status"] == "aborted", _runs(page)
-        browser.close()

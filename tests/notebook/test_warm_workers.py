@@ -53,6 +53,7 @@ def test_a_warm_group_keeps_each_ranks_state_across_cells(home: dict[str, str]) 
         out = run(kc, BUILD, timeout=300)
         assert not errors(out), text(out)
         assert _result(out) == "(0, 2)", text(out)  # rank 0's last expression is the cell's result
+        assert "2 CPU (1 CPUs each) workers; it holds 0 GPUs until `%raytrain warm stop`, 30:00 idle" in text(out)
         out = run(kc, TRAIN, timeout=120)
         assert not errors(out), text(out)
         assert _result(out) == "(20, 0)", text(out)  # the model and `steps` cell 1 left on the rank
