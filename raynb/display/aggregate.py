@@ -149,8 +149,9 @@ class Aggregate:
                     self._pending.clear()
             if self.key is not None:
                 self._add_metric(r)
-            segment = (attempt, int(r.get("cell") or 0))  # a restart or a new warm cell: the pause before it is
-            if self._segment.get(rank) != segment:  # not a step
+            # a restart or a new warm cell starts a segment: the pause before it is not a step
+            segment = (attempt, int(r.get("cell") or 0))
+            if self._segment.get(rank) != segment:
                 self._segment[rank], self._newest = segment, max(self._newest, segment)
                 self._prev_t.pop(rank, None)
             count = next((v for k, _u in _COUNT_KEYS if (v := _num(r.get(k))) is not None), None)
@@ -211,8 +212,8 @@ class Aggregate:
 
     def counted_rate(self, *, window_s: float = 10.0, min_span_s: float = 2.0) -> float | None:
         """Cluster throughput from reported counts: what all ranks counted over the last ``window_s`` seconds of
-        complete steps of the newest segment (attempt, warm cell), divided by that time. Needs ``min_span_s`` of reports: a burst of back-to-back reports has no
-        time base, so None (shown as "–"), not a made-up rate."""
+        complete steps of the newest segment (attempt, warm cell), divided by that time. Needs ``min_span_s`` of
+        reports: a burst of back-to-back reports has no time base, so None (shown as "–"), not a made-up rate."""
         ranks = len(self.tput_ranks) or 1
         steps = sorted((c[1], c[0]) for c in self._counts.values() if c[2] >= ranks and c[3] == self._newest)
         if len(steps) < 2:

@@ -80,7 +80,7 @@ def test_a_run_outlives_a_killed_kernel_and_is_attached_from_a_new_one(home: dic
         up = run(kc, "%load_ext raynb\n%raycluster up --local", timeout=300)
         assert not errors(up), text(up)
         cell = (
-            LOOP.format(n=240, dt=0.25)
+            LOOP.format(n=240, dt=0.5)
             + "    if i % 60 == 0:\n        print('rank', ray.train.get_context().get_world_rank(), 'at', i)\n"
         )
         out = run(kc, "%%raytrain --workers 2 --background --out r --name outlive\nimport ray.train\n" + cell)
