@@ -37,8 +37,9 @@ DENSE_BF16_PEAK = {"H200": 989.4e12, "H100": 989.4e12, "L4": 121e12}
 
 def notebook_cells() -> tuple[str, str]:
     """(helpers source, train cell body without its %%raytrain line)."""
-    helpers = "\n\n".join(body for tag, body in tagged_cells() if tag == "helpers")
-    body = next((body for tag, body in tagged_cells() if tag == "train"), None)
+    cells = tagged_cells()
+    helpers = "\n\n".join(body for tag, body in cells if tag == "helpers")
+    body = next((body for tag, body in cells if tag == "train"), None)
     assert body is not None, "no cell tagged 'train' in the notebook"
     return helpers, body.split("\n", 1)[1]
 

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ._settings import raynb_home
 from .errors import ClusterStartError
 
 __all__ = ["LocalHead", "find_head", "start_head", "stop_head", "state_dir"]
@@ -47,7 +48,7 @@ _PORT_NAMES = (
 
 def state_dir() -> Path:
     """Where the embedded head's record, owners and log live."""
-    return Path(os.environ.get("RAYNB_HOME", Path.home() / ".raynb")).expanduser() / "local"
+    return raynb_home() / "local"
 
 
 @dataclass

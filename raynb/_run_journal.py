@@ -5,9 +5,10 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
+
+from ._settings import raynb_home
 
 __all__ = ["remember", "recall", "cluster_key"]
 
@@ -15,7 +16,7 @@ KEEP = 500
 
 
 def _path() -> Path:
-    return Path(os.environ.get("RAYNB_HOME", Path.home() / ".raynb")).expanduser() / "runs-seen.jsonl"
+    return raynb_home() / "runs-seen.jsonl"
 
 
 def cluster_key() -> str:

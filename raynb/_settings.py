@@ -14,6 +14,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any, Literal, get_args, get_type_hints
 
 from .errors import UsageError
@@ -26,6 +27,7 @@ __all__ = [
     "parse_bool",
     "add_flag",
     "config_traits",
+    "raynb_home",
     "ENV_PREFIX",
 ]
 
@@ -195,6 +197,11 @@ def _argparse_bool(text: str) -> bool:
         return parse_bool(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def raynb_home() -> Path:
+    """Where raynb keeps its files on this machine: ``$RAYNB_HOME``, default ``~/.raynb``."""
+    return Path(os.environ.get("RAYNB_HOME", Path.home() / ".raynb")).expanduser()
 
 
 def add_flag(parser: Any, name: str, *aliases: str) -> None:
