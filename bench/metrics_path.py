@@ -204,10 +204,13 @@ def main() -> None:
         phase="running",
         events=[],
         error=None,
-        spec=SimpleNamespace(workers=args.ranks, gpu=False),
+        spec=SimpleNamespace(workers=args.ranks, gpu=False, max_failures=0),
         elapsed=0.0,
         records=[],
         step=0,
+        attempt=1,
+        nccl={},
+        aborted_at_step=None,
     )
 
     class Handle:
