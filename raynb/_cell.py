@@ -14,7 +14,7 @@ import os
 import sys
 import sysconfig
 import types
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -180,24 +180,42 @@ def untravelable(values: dict[str, Any], pickler: Any) -> list[str]:
     return out
 
 
-def _stdlib_and_site_roots() -> list[Path]:
-    roots = {
-        Path(p).resolve()
-        for key in ("stdlib", "platstdlib", "purelib", "platlib")
-        if (p := sysconfig.get_paths().get(key))
-    }
-    roots |= {Path(p).resolve() for p in sys.path if "site-packages" in p or "dist-packages" in p}
-    roots.add(Path(sys.prefix).resolve())
+def _stdlib_roots() -> list[Path]:
+    """The interpreter's own library folders: what lies there is installed, distribution or not."""
+    roots = {Path(p).resolve() for key in ("stdlib", "platstdlib") if (p := sysconfig.get_paths().get(key))}
     return sorted(roots)
 
 
-def modules_beside(root: Path, modules: Iterable[types.ModuleType] | None = None) -> list[types.ModuleType]:
-    """Top-level modules imported from under ``root`` (the notebook's folder), excluding installed packages.
+def _installed_from(top: str, path: Path, owners: Mapping[str, list[str]]) -> bool:
+    """Is ``path`` (the file of top-level module ``top``) part of an installed distribution, where pip put it?
 
-    Workers cannot import these (they are not installed there), so they travel by value with the cell.
+    ``pip install``, ``--user`` and ``--target DIR`` all leave a ``*.dist-info`` beside what they install; a module
+    beside a notebook has none. An editable install of a project under the notebook's folder does not count: its
+    files live where the user edits them, which workers elsewhere do not have."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    for dist_name in owners.get(top, ()):
+        try:
+            base = Path(str(distribution(dist_name).locate_file(""))).resolve()
+        except PackageNotFoundError:
+            continue
+        if path.is_relative_to(base) and path != base:
+            return True
+    return False
+
+
+def modules_beside(root: Path, modules: Iterable[types.ModuleType] | None = None) -> list[types.ModuleType]:
+    """Top-level modules imported from under ``root`` (the notebook's folder) that no installed distribution holds.
+
+    Workers cannot import these (they are not installed there), so they travel by value with the cell. Whether a
+    module is installed is decided by its distribution, not by the folder's name: packages installed with
+    ``pip install --target libs`` into a folder under the notebook's are installed (their ``dist-info`` says so).
     """
+    from importlib.metadata import packages_distributions
+
     root = root.resolve()
-    installed = _stdlib_and_site_roots()
+    stdlib = _stdlib_roots()
+    owners: Mapping[str, list[str]] | None = None
     found: dict[str, types.ModuleType] = {}
     for mod in list(modules if modules is not None else sys.modules.values()):
         name = getattr(mod, "__name__", "")
@@ -209,6 +227,10 @@ def modules_beside(root: Path, modules: Iterable[types.ModuleType] | None = None
         if not path or not os.path.isabs(path) or not os.path.isfile(path):
             continue  # builtins, namespace packages, generated code ("<string>")
         p = Path(path).resolve()
-        if p.is_relative_to(root) and not any(p.is_relative_to(r) for r in installed if r != root):
+        if not p.is_relative_to(root) or any(p.is_relative_to(r) for r in stdlib if r != root):
+            continue
+        if owners is None:
+            owners = packages_distributions()  # read once, only when a module lies under the notebook's folder
+        if not _installed_from(top, p, owners):
             found[top] = top_mod
     return [found[k] for k in sorted(found)]

@@ -146,6 +146,7 @@ class Cluster:
             dashboard_url=self.dashboard_url,
             runtime_env={"env_vars": job_env(), **self.backend.runtime_env()},
             timeout=self.settings.connect_timeout_s,
+            reconnect_grace_s=self.settings.client_reconnect_grace_s,
             progress=progress,
         )
         prewarm(self.settings)  # the first %%raytrain then starts as fast as a bare fit()

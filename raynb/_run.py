@@ -67,7 +67,6 @@ class Run:
         self.aborted_at_step: int | None = None
         self._fit_outcome: dict[str, Any] | None = None
         self._fit_exc: BaseException | None = None
-        self._payload = b""
         #: read every record into this kernel when the run ends (a run started here); an attached run's records
         #: stay on the cluster until asked for (``run.metrics``)
         self._keep_records = True
@@ -96,15 +95,19 @@ class Run:
 
     @property
     def metrics(self) -> Any:
-        """Every reported record as a pandas DataFrame: ``rank``, ``step``, ``time`` and each reported key."""
+        """Every reported record as a pandas DataFrame: ``rank``, ``step``, ``time`` (when it was reported, a UTC
+        timestamp), ``seconds`` (since the run started) and each reported key."""
         import pandas as pd
 
+        first = ["rank", "step", "time", "seconds"]
         df = pd.DataFrame.from_records(self.records)
         if df.empty:
-            return pd.DataFrame(columns=["rank", "step", "time"])
-        first = ["rank", "step", "time"]
-        df = df[first + [c for c in df.columns if c not in first]]
-        return df.sort_values(["time", "rank"], kind="stable").reset_index(drop=True)
+            return pd.DataFrame(columns=first)
+        df = df.sort_values(["time", "rank"], kind="stable").reset_index(drop=True)
+        t0 = self.started_at if self.started_at is not None else float(df["time"].min())
+        df["seconds"] = df["time"] - t0
+        df["time"] = pd.to_datetime(df["time"], unit="s", utc=True)
+        return df[first + [c for c in df.columns if c not in first]]
 
     @property
     def nccl(self) -> dict[int, dict[str, Any]]:
@@ -234,7 +237,6 @@ class Run:
     def _start(self, payload: bytes) -> None:
         import ray
 
-        self._payload = payload
         self.started_at = time.time()
         self.status = "starting"
         self._registry = registry()

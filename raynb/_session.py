@@ -232,9 +232,12 @@ def connect(
     dashboard_url: str | None = None,
     runtime_env: dict[str, Any] | None = None,
     timeout: float = 60.0,
+    reconnect_grace_s: float | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> None:
     """Connect this kernel to ``address`` (``ray://host:port``) with Ray Client, retrying transient refusals.
+    ``reconnect_grace_s``: how long the cluster keeps this session after its connection drops (Ray Client reads
+    ``RAY_CLIENT_RECONNECT_GRACE_PERIOD`` when it connects; None leaves Ray's own setting).
 
     About 1 in 25 connects fail with ``ConnectionAbortedError`` while a previous client's server process is still
     shutting down (measured on Ray 2.58); those are retried until ``timeout``.
@@ -249,6 +252,8 @@ def connect(
     say = progress or (lambda _m: None)
     _drop_client()
     _filter_known_noise()
+    if reconnect_grace_s is not None:
+        os.environ["RAY_CLIENT_RECONNECT_GRACE_PERIOD"] = str(max(round(reconnect_grace_s), 1))
     deadline = time.monotonic() + timeout
     attempt, last = 0, None
     while time.monotonic() < deadline:

@@ -78,6 +78,12 @@ class Settings:
         "seconds Ray Client connects may retry (in token mode Ray 2.58 sometimes spends ~30 s on a first attempt that "
         "fails before the next one connects)",
     )
+    client_reconnect_grace_s: float = option(
+        30.0,
+        "seconds the cluster keeps this kernel's Ray Client session after the connection drops (Ray Client's "
+        "reconnect grace): a dropped connection that comes back within it carries on; past it, this kernel's objects "
+        "and its warm group are gone (runs are not: they belong to the cluster)",
+    )
     health_check_interval_s: float = option(
         2.0,
         "how often Ray Train's controller polls workers; a checkpointing ray.train.report() blocks about this "

@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Any
 
-__all__ = ["warm_loop", "WarmMailbox", "run_cell", "memory_mb"]
+__all__ = ["warm_loop", "WarmMailbox", "run_cell", "rank_namespace", "memory_mb"]
 
 #: how long a worker waits for the next cell in one call (it also notices a gone mailbox this often)
 POLL_S = 5.0
@@ -119,6 +119,15 @@ def _picklable(value: Any) -> dict[str, Any]:
         return {"repr": text, "unpicklable": f"{type(value).__name__}: {e}"}
 
 
+def rank_namespace() -> dict[str, Any]:
+    """A rank's namespace before its first cell. ``raynb`` is in it, as in the notebook after ``%load_ext raynb``
+    (the notebook's module object is not shipped: the rank imports its own), so a function a warm cell defines can
+    call ``raynb.report`` as the same code does in a cold ``%%raytrain`` cell."""
+    raynb = sys.modules[__package__ or "raynb"]  # the package this module is in: loaded before it, always
+
+    return {"__name__": "__raynb_warm__", "__builtins__": __builtins__, "raynb": raynb}
+
+
 def run_cell(cell: dict[str, Any], ns: dict[str, Any], own: set[str], rank: int) -> dict[str, Any]:
     """Execute one cell in this rank's namespace; its last expression's value (rank 0, or every rank for a pull)."""
     if cell["kind"] == "call":
@@ -170,7 +179,7 @@ def warm_loop(config: dict[str, Any]) -> None:
     mailbox = config["mailbox"]
     reporter = current_reporter()
     rank = ray.train.get_context().get_world_rank()
-    ns: dict[str, Any] = {"__name__": "__raynb_warm__", "__builtins__": __builtins__}
+    ns = rank_namespace()
     own: set[str] = set()
     after = 0
     while True:

@@ -1,9 +1,11 @@
-"""Shared test setup: every test run gets its own raynb state dir, so it never touches ~/.raynb or a user's head."""
+"""Shared test setup: every test run gets its own raynb state dir, so it never touches ~/.raynb or a user's head;
+one embedded head serves the whole session; markers come from the directory a test lives in."""
 
 from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,14 +16,46 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 # A finished run keeps an embedded head up for 30 min by default (so a kernel can come back to it); in tests, heads
 # go as soon as no kernel and no running run uses them, or a suite would pile them up. Tests of the delay set it.
 os.environ.setdefault("RAYNB_LOCAL_IDLE_AFTER_RUN_S", "0")
+# Ray Client keeps a dropped kernel's session 30 s by default (raynb's client_reconnect_grace_s, a user setting);
+# the tests that cut a connection or kill a kernel wait for it, so it is shorter here.
+os.environ.setdefault("RAYNB_CLIENT_RECONNECT_GRACE_S", "10")
+
+#: the tier of each test directory, as a marker: `pytest -m unit`, `-m "not k8s"`
+TIERS = ("unit", "integration", "notebook", "browser", "compat", "k8s", "packaging")
 
 ARTIFACTS = Path(os.environ.get("RAYNB_TEST_ARTIFACTS", Path(__file__).resolve().parent.parent / "test-artifacts"))
+
+
+@pytest.fixture(scope="session")
+def session_head() -> Iterator[object]:
+    """The embedded head every test shares that does not test a head's own life (start, reuse, orphans, auth,
+    token switches: those start their own, in a RAYNB_HOME of their own). The pytest process is its owner, so it
+    stays up between tests; kernels started by tests inherit this RAYNB_HOME, and their `%raycluster up --local`
+    reuses it. Stopped at the end of the session, with every process it started."""
+    from raynb import _embedded_head as local
+
+    head = local.start_head(progress=print)
+    yield head
+    local.stop_head(head)
+    assert local.processes_of(head) == [], "raynb left Ray processes behind"
 
 
 @pytest.fixture(scope="session")
 def artifacts() -> Path:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     return ARTIFACTS
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each test is marked with its tier (its directory under tests/), in this one place."""
+    here = Path(__file__).resolve().parent
+    for item in items:
+        try:
+            tier = Path(item.path).resolve().relative_to(here).parts[0]
+        except ValueError:
+            continue
+        if tier in TIERS:
+            item.add_marker(getattr(pytest.mark, tier))
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -4,6 +4,7 @@ one-line text form used in terminals and as ``text/plain``. Reads the run; holds
 from __future__ import annotations
 
 import html
+import math
 from typing import TYPE_CHECKING, Any
 
 from . import series as S
@@ -68,14 +69,25 @@ def _fmt_num(v: float | None) -> str:
     return f"{v:.4g}"
 
 
+#: a finished run's mean throughput needs reports over at least this long (a burst of back-to-back reports has none)
+FINISHED_MIN_SPAN_S = 0.5
+
+
+def _finished(run: ViewedRun) -> bool:
+    return run.status in ("succeeded", "failed", "aborted", "detached")
+
+
 def _summary(run: ViewedRun) -> dict[str, Any]:
     agg = aggregate_of(run)
     mean = agg.metric_mean()
     total = agg.tput_total()
     ranks = max(len(agg.tput_ranks), 1)
     # counts (samples=, tokens=) need a time base, else "–"; rates reported as such (tokens_per_s=): the median of
-    # the last 10 complete steps
+    # the last 10 complete steps. A finished run too short for the live window says its mean over its last segment.
     rate = agg.counted_rate() if agg.has_counts else S.median(y for _, y in total[-10:])
+    run_mean = rate is None and agg.has_counts and _finished(run)
+    if run_mean:
+        rate = agg.counted_rate(window_s=math.inf, min_span_s=FINISHED_MIN_SPAN_S)
     return {
         "key": agg.key,
         "agg": agg,
@@ -85,6 +97,7 @@ def _summary(run: ViewedRun) -> dict[str, Any]:
         "total": total,
         "rate": rate,
         "ranks": ranks,
+        "run_mean": run_mean,
     }
 
 
@@ -95,7 +108,8 @@ def _rate_text(s: dict[str, Any]) -> str | None:
     if s["rate"] is None:
         return f"– {s['unit']}"
     per = f" ({_fmt_num(s['rate'] / s['ranks'])} per rank)" if s["ranks"] > 1 else ""
-    return f"{_fmt_num(s['rate'])} {s['unit']} total{per}"
+    mean = ", mean of the run" if s["run_mean"] else ""
+    return f"{_fmt_num(s['rate'])} {s['unit']} total{per}{mean}"
 
 
 def run_text(run: ViewedRun) -> str:
@@ -116,7 +130,7 @@ def run_text(run: ViewedRun) -> str:
 def run_html(run: ViewedRun, *, nccl_html: str = "", show_error: bool = True) -> str:
     """The run as HTML; ``show_error=False`` where the cell raises the same error right below."""
     s = _summary(run)
-    finished = run.status in ("succeeded", "failed", "aborted", "detached")
+    finished = _finished(run)
     phase = run.phase
     color = _PHASE_COLORS.get(phase, "#6c757d")
     agg = s["agg"]

@@ -22,7 +22,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = [
-    pytest.mark.browser,
     pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (tests/install-system-tools.sh)"),
 ]
 CHROME_ARGS = [

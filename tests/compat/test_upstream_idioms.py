@@ -26,8 +26,6 @@ import pytest
 
 from tests.notebook.kernels import errors, kernel, run, text
 
-pytestmark = pytest.mark.compat
-
 TORCH_GUIDE = """
 import os, tempfile
 import torch

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import pytest
 
 import raynb
-from raynb import _embedded_head as local
 
 
 def alive_train_workers(dashboard_url: str) -> list[object]:
@@ -22,15 +20,11 @@ def alive_train_workers(dashboard_url: str) -> list[object]:
 
 
 @pytest.fixture(scope="package")
-def cluster() -> Iterator[raynb.Cluster]:
+def cluster(session_head: object) -> Iterator[raynb.Cluster]:
+    """This process connected to the session's head over Ray Client, as a kernel would."""
     c = raynb.up(local=True, progress=print)
     yield c
-    head = c.backend.head
-    c.down()
-    deadline = time.monotonic() + 10
-    while local.processes_of(head) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert local.processes_of(head) == [], "raynb left Ray processes behind"
+    c.disconnect()
 
 
 @pytest.fixture(scope="package")

@@ -11,8 +11,6 @@ from raynb import _kube_api as kube
 from raynb.errors import ConnectError
 from raynb.manifest import ManifestError
 
-pytestmark = pytest.mark.k8s
-
 
 def test_unknown_instance_type_fails_before_any_api_call(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))  # would fail differently if the API were asked

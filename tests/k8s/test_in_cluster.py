@@ -13,8 +13,6 @@ from conftest import HERE_PY, ROOT, VALUES, apply, delete
 import raynb
 from raynb import _kube_api as kube
 
-pytestmark = pytest.mark.k8s
-
 
 def test_in_cluster_service_account(clean, tmp_path: Path, monkeypatch) -> None:
     from kubernetes import client

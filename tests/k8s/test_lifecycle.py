@@ -12,7 +12,6 @@ import raynb
 from raynb import _kube_api as kube
 from raynb.errors import ClusterStartError
 
-pytestmark = pytest.mark.k8s
 REF = kube.RayClusterRef("ray-train-cluster", "ray-train")
 
 

@@ -12,14 +12,12 @@ import re
 from pathlib import Path
 
 import nbformat
-import pytest
 from conftest import HERE_PY, ROOT, apply, delete
 
 from raynb import _kube_api as kube
 from raynb.notebook import execute
 from tests.notebook.qwen_checks import check_warm_section
 
-pytestmark = pytest.mark.k8s
 NOTEBOOK = ROOT / "notebooks" / "qwen25_finetune_eks.ipynb"
 
 

@@ -12,13 +12,10 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from conftest import HERE_PY, VALUES
 
 from raynb import _kube_api as kube
 from tests.notebook.kernels import errors, kernel, run, text
-
-pytestmark = pytest.mark.k8s
 
 
 def test_raytrain_runs_through_the_kubernetes_path(head_behind_pods, clean, tmp_path) -> None:

@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import nbformat
-import pytest
 
 from raynb import _embedded_head as local
 from raynb.notebook import execute
@@ -18,8 +17,6 @@ from .kernels import STEP, errors, html_of, kernel, run, text
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "notebooks" / "quickstart.ipynb"
-
-pytestmark = pytest.mark.notebook
 
 
 def test_quickstart_runs_top_to_bottom_and_stays_small(artifacts: Path) -> None:

@@ -7,14 +7,12 @@ import re
 from pathlib import Path
 
 import nbformat
-import pytest
 
 from raynb.notebook import execute
 from tests.notebook.qwen_checks import check_warm_section
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "notebooks" / "qwen25_finetune_eks.ipynb"
-pytestmark = pytest.mark.notebook
 
 
 def _helpers() -> dict:

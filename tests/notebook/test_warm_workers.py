@@ -4,12 +4,16 @@ kernel whose group ends by itself."""
 
 from __future__ import annotations
 
+import os
 import re
 import time
 
 import pytest
 
+from raynb._warm_worker import POLL_S
 from tests.notebook.kernels import errors, kernel, run, text
+
+GRACE_S = float(os.environ.get("RAYNB_CLIENT_RECONNECT_GRACE_S", "30"))
 
 
 def _result(msgs: list[dict]) -> str:
@@ -181,5 +185,8 @@ def test_a_killed_kernels_warm_group_ends_within_a_minute(home: dict[str, str]) 
             timeout=120,
         )
         assert "still running: []" in _printed(out), text(out)
-        assert time.monotonic() - killed < 60 + 15, "the group must end within 60 s of its kernel dying"
+        took = time.monotonic() - killed
+        # Ray Client keeps a dropped session for the reconnect grace; the workers notice its mailbox gone within a poll
+        bound = GRACE_S + POLL_S + 10
+        assert took < bound, f"the group must end within {bound:.0f} s of its kernel dying, not {took:.0f} s"
         run(watcher, "%raycluster down --force", timeout=120)

@@ -4,6 +4,7 @@ different value. Examples Hypothesis found are kept below as plain tests."""
 
 from __future__ import annotations
 
+import shlex
 import string
 from pathlib import Path
 
@@ -98,11 +99,35 @@ def test_raytrain_lines(line: str) -> None:
 @example("up --set 'bad key=1'")
 @example("logs --tail many")
 @example('render "')
+@example("up --local --set K=V --set 'A=x y' --values f.env")
+@example("logs worker-1 --tail 5")
+@example("bench --sizes 1M,64M --compare-tcp")
 def test_raycluster_lines(line: str) -> None:
     try:
-        parse_cluster_line(line)
+        args = parse_cluster_line(line)
     except Exception as e:  # noqa: BLE001
         assert _is_a_raynb_refusal(e), repr(e)
+        return
+    # parsed: to exactly what was written
+    tokens = shlex.split(line)
+    assert args.command == (tokens[0] if tokens else None), (line, args)
+
+    def after(flag: str) -> list[str]:
+        return [tokens[i + 1] for i, t in enumerate(tokens[:-1]) if t == flag]
+
+    if hasattr(args, "overrides"):
+        assert args.overrides == after("--set"), (line, args)
+    for flag, attr, conv, default in (
+        ("--values", "values", str, None),
+        ("--tail", "tail", int, 200),
+        ("--sizes", "sizes", str, None),
+    ):
+        if hasattr(args, attr):
+            written = after(flag)
+            assert getattr(args, attr) == (conv(written[-1]) if written else default), (line, args)
+    for flag, attr in (("--local", "local"), ("--k8s", "k8s"), ("--force", "force"), ("--compare-tcp", "compare_tcp")):
+        if hasattr(args, attr):
+            assert getattr(args, attr) == (flag in tokens), (line, args)
 
 
 KEYS = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,12}", fullmatch=True)

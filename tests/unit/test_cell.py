@@ -83,3 +83,44 @@ def test_modules_beside_ignores_pseudo_files(tmp_path: Path) -> None:
     fake = types.ModuleType("generated_thing")
     fake.__file__ = "<string>"
     assert modules_beside(tmp_path, [fake]) == []
+
+
+def test_a_warm_rank_has_raynb_as_the_notebook_does() -> None:
+    """A function a warm cell defines calls ``raynb.report`` without that cell importing raynb (found on an H200:
+    NameError on every rank, while the same body ran in a cold cell)."""
+    from raynb._warm_worker import rank_namespace, run_cell
+
+    ns = rank_namespace()
+    cell = {"kind": "cell", "source": "def f():\n    return raynb.report\nf()", "filename": "<w>", "first_line": 2}
+    import raynb
+
+    out = run_cell({**cell, "globals": {}}, ns, set(), 0)
+    assert cloudpickle.loads(out["value"]) is raynb.report
+
+
+def test_packages_pip_installed_under_the_notebooks_folder_are_not_shipped(tmp_path: Path) -> None:
+    """``pip install --target libs`` beside the notebook: what it installed has a dist-info, so it is imported on the
+    workers as installed code, never pickled by value (found: Ray itself shipped by value, then "excessively deep
+    recursion"). A plain module beside it still travels. And the venv under the notebook's folder (as here:
+    .venv in the project) is installed too."""
+    libs = tmp_path / "libs"
+    (libs / "vendoredpkg").mkdir(parents=True)
+    (libs / "vendoredpkg" / "__init__.py").write_text("X = 1\n")
+    info = libs / "vendoredpkg-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: vendoredpkg\nVersion: 1.0\n")
+    (info / "RECORD").write_text("vendoredpkg/__init__.py,,\nvendoredpkg-1.0.dist-info/METADATA,,\n")
+    (info / "top_level.txt").write_text("vendoredpkg\n")
+    (tmp_path / "nbhelper.py").write_text("Y = 2\n")
+    sys.path[:0] = [str(libs), str(tmp_path)]
+    try:
+        import nbhelper  # type: ignore[import-not-found]
+        import vendoredpkg  # type: ignore[import-not-found]
+
+        assert [m.__name__ for m in modules_beside(tmp_path, [vendoredpkg, nbhelper, pytest])] == ["nbhelper"]
+        here = Path(pytest.__file__).parents[3]  # a folder holding the venv that has pytest installed
+        assert modules_beside(here, [pytest]) == []
+    finally:
+        del sys.path[:2]
+        sys.modules.pop("nbhelper", None)
+        sys.modules.pop("vendoredpkg", None)

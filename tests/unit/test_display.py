@@ -151,3 +151,14 @@ def test_run_error_carries_the_nccl_reason() -> None:
     text = str(err)
     assert text.startswith("All 2 workers failed with DistBackendError") and "cell line 7" in text
     assert text.endswith("NCCL on rank 0: NCCL could not initialise any network plugin")
+
+
+def test_a_finished_short_run_says_its_mean_throughput() -> None:
+    """The quickstart's 150 steps end within the live window's 2 s: the finished line says the run's mean rate
+    rather than "– samples/s" beside a chart that has the numbers; a burst of back-to-back reports still has none."""
+    short = _recs(steps=30, dt=0.05)  # 1.5 s of 2 ranks x 64 samples every 0.05 s: 2,560 samples/s
+    assert "– samples/s" in render_bundle(_run(short))["text/plain"]  # live: no time base yet
+    line = render_bundle(_run(short, status="succeeded"))["text/plain"].splitlines()[0]
+    assert "2,560 samples/s total (1,280 per rank), mean of the run" in line, line
+    burst = _recs(steps=5, dt=0.001)
+    assert "– samples/s" in render_bundle(_run(burst, status="succeeded"))["text/plain"]
