@@ -22,8 +22,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import ray
+from machine import machine  # bench/machine.py, beside this script
 
 import raynb
 from raynb import _metrics as metrics
@@ -99,6 +99,7 @@ def main() -> None:
         "target_s": 2.0,
     }
     ray.get(reg.remove.remote(name))
+    out["machine"] = machine()
     print(json.dumps(out, indent=1))
     if args.out:
         Path(args.out).write_text(json.dumps(out, indent=1) + "\n")

@@ -20,6 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from machine import machine  # noqa: E402 - bench/machine.py, beside this script
 
 from tests.notebook.kernels import errors, kernel, run, text  # noqa: E402
 
@@ -83,6 +84,7 @@ def main() -> None:
         "ratio_p95_during_over_idle": round(pct(busy, 95) / pct(idle, 95), 2),
         "target_p95_ms": 100,
     }
+    out["machine"] = machine()
     print(json.dumps(out, indent=1))
     if args.out:
         Path(args.out).write_text(json.dumps(out, indent=1) + "\n")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from machine import machine  # bench/machine.py, beside this script
 
 import raynb
 from raynb.display.nccl_badges import badge_label
@@ -119,6 +120,7 @@ def main() -> None:
     for f in glob.glob("/tmp/raynb-nccl-proof-magic.*.log"):
         shutil.copy(f, logs / Path(f).name.replace("raynb-nccl-", ""))
     result["all_matched"] = all(c.get("matched") for c in result["cases"].values())
+    result["machine"] = machine()
     (out / "gpu_nccl_proof.json").write_text(json.dumps(result, indent=1))
     print(json.dumps({k: (v.get("badge"), v.get("matched")) for k, v in result["cases"].items()}))
     cluster.down()

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import ray
+from machine import machine  # bench/machine.py, beside this script
 
 import raynb
 from raynb import _metrics as metrics
@@ -266,6 +266,7 @@ def main() -> None:
         "live_view_render_p95_ms": pct(render_ms, 95),
         "redraws": len(render_ms),
     }
+    out["machine"] = machine()
     text = json.dumps(out, indent=1)
     print(text)
     if args.out:

@@ -31,6 +31,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from machine import machine  # noqa: E402 - bench/machine.py, beside this script
+
 NOTEBOOK = ROOT / "notebooks" / "qwen25_finetune_eks.ipynb"
 DENSE_BF16_PEAK = {"H200": 989.4e12, "H100": 989.4e12, "L4": 121e12}
 
@@ -284,6 +286,7 @@ def main() -> None:
             "ratio_raynb_over_torchrun": med["raynb"] / med["torchrun"],
             "target_min_ratio": 0.98,
         }
+    out["machine"] = machine()
     text = json.dumps(out)
     if args.out:
         Path(args.out).write_text(json.dumps(out, indent=1) + "\n")

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import ray
+from machine import machine  # bench/machine.py, beside this script
 
 import raynb
 
@@ -170,6 +170,7 @@ def main() -> None:
             "target_min_ratio": 0.98,
         },
     }
+    out["machine"] = machine()
     text = json.dumps(out, indent=1)
     print(text)
     if args.out:

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -56,6 +58,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         if tier in TIERS:
             item.add_marker(getattr(pytest.mark, tier))
+
+
+_TIER_SECONDS: dict[str, float] = {}
+_STARTED = time.monotonic()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Seconds per tier (setup, call and teardown: a module's kernel or lab counts where it is paid)."""
+    tier = report.nodeid.split("/")[1] if report.nodeid.startswith("tests/") else "other"
+    _TIER_SECONDS[tier] = _TIER_SECONDS.get(tier, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The suite's cost, printed every run (tests/BUDGET.md keeps the measured totals): seconds per tier and in all."""
+    if not _TIER_SECONDS:
+        return
+    terminalreporter.section("time per tier (tests/BUDGET.md holds the budget)")
+    for tier, seconds in sorted(_TIER_SECONDS.items(), key=lambda kv: -kv[1]):
+        terminalreporter.write_line(f"{tier:<12} {seconds:8.1f} s")
+    terminalreporter.write_line(
+        f"{'all tests':<12} {sum(_TIER_SECONDS.values()):8.1f} s (pytest wall {time.monotonic() - _STARTED:.1f} s)"
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -41,16 +41,23 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def lab(tmp_path: Path) -> Iterator[str]:
+@pytest.fixture(scope="module")
+def lab(session_head: object, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """One JupyterLab for the module (its URL and root folder), on the session's embedded head: its kernels inherit
+    the session's RAYNB_HOME, so `%raycluster up --local` reuses that head."""
+    root = tmp_path_factory.mktemp("lab")
     nb = nbformat.read(ROOT / "notebooks" / "quickstart.ipynb", as_version=4)
     params = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
     params.source = params.source.replace("STEPS = 150", "STEPS = 2500")  # long enough to watch it grow
-    nbformat.write(nb, tmp_path / "quickstart.ipynb")
-    settings = tmp_path / "lab-settings" / "@jupyterlab" / "notebook-extension"
+    # the closing `%raycluster down` stays out: it would stop the head the session shares (the quickstart's own
+    # test runs it, down included, top to bottom on a head of its own)
+    assert nb.cells[-1].source.strip() == "%raycluster down"
+    nb.cells = nb.cells[:-1]
+    nbformat.write(nb, root / "quickstart.ipynb")
+    settings = root / "lab-settings" / "@jupyterlab" / "notebook-extension"
     settings.mkdir(parents=True)
     (settings / "tracker.jupyterlab-settings").write_text(json.dumps({"windowingMode": "none"}))
-    notes = tmp_path / "lab-settings" / "@jupyterlab" / "apputils-extension"
+    notes = root / "lab-settings" / "@jupyterlab" / "apputils-extension"
     notes.mkdir(parents=True)  # no "get Jupyter news?" toast over the page
     (notes / "notification.jupyterlab-settings").write_text(
         json.dumps({"fetchNews": "false", "checkForUpdates": False})
@@ -58,12 +65,11 @@ def lab(tmp_path: Path) -> Iterator[str]:
     port = _free_port()
     env = {
         **os.environ,
-        "RAYNB_HOME": str(tmp_path / "raynb-home"),
-        "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "lab-settings"),
-        "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "lab-workspaces"),  # no notebook of an earlier test reopens
-        "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt"),
+        "JUPYTERLAB_SETTINGS_DIR": str(root / "lab-settings"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(root / "lab-workspaces"),  # no notebook of an earlier test reopens
+        "JUPYTER_RUNTIME_DIR": str(root / "rt"),
     }
-    log = open(tmp_path / "lab.log", "wb")  # noqa: SIM115
+    log = open(root / "lab.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -75,7 +81,7 @@ def lab(tmp_path: Path) -> Iterator[str]:
             "--ServerApp.ip=127.0.0.1",
             "--IdentityProvider.token=",
             "--ServerApp.password=",
-            f"--ServerApp.root_dir={tmp_path}",
+            f"--ServerApp.root_dir={root}",
             "--ServerApp.disable_check_xsrf=True",
             *(["--allow-root"] if os.getuid() == 0 else []),
         ],
@@ -93,9 +99,9 @@ def lab(tmp_path: Path) -> Iterator[str]:
             time.sleep(0.5)
     else:
         proc.kill()
-        pytest.fail("JupyterLab did not start:\n" + (tmp_path / "lab.log").read_text()[-3000:])
-    yield url
-    proc.terminate()
+        pytest.fail("JupyterLab did not start:\n" + (root / "lab.log").read_text()[-3000:])
+    yield url, root
+    proc.terminate()  # its kernels with it
     try:
         proc.wait(30)
     except subprocess.TimeoutExpired:
@@ -177,8 +183,8 @@ def _until(cond: Any, timeout_s: float) -> None:
         time.sleep(0.25)
 
 
-def test_live_chart_grows_in_jupyterlab(lab: str, artifacts: Path) -> None:
-    with _running_notebook(lab, "quickstart.ipynb", artifacts) as page:
+def test_live_chart_grows_in_jupyterlab(lab: tuple[str, Path], artifacts: Path) -> None:
+    with _running_notebook(lab[0], "quickstart.ipynb", artifacts) as page:
         seen: list[tuple[str, int, int]] = []  # (status, loss points, step) of the first run while it goes
         shots = 0
         deadline = time.monotonic() + 480
@@ -214,14 +220,14 @@ def test_live_chart_grows_in_jupyterlab(lab: str, artifacts: Path) -> None:
         page.screenshot(path=str(artifacts / "jupyterlab-page.png"), full_page=False)
 
 
-def test_the_stop_button_stops_a_background_run(lab: str, tmp_path: Path, artifacts: Path) -> None:
+def test_the_stop_button_stops_a_background_run(lab: tuple[str, Path], artifacts: Path) -> None:
     _write_notebook(
-        tmp_path / "stop.ipynb",
+        lab[1] / "stop.ipynb",
         "%load_ext raynb\n%raycluster up --local",
         "%%raytrain --workers 1 --background --out bg --name stop-me\nimport raynb, time\n"
         "for i in range(1_000_000):\n    time.sleep(0.1)\n    raynb.report(loss=1.0 / (i + 1))",
     )
-    with _running_notebook(lab, "stop.ipynb?reset", artifacts) as page:
+    with _running_notebook(lab[0], "stop.ipynb?reset", artifacts) as page:
         _until(lambda: _runs(page) and _runs(page)[0]["status"] == "running" and _runs(page)[0]["step"] >= 3, 300)
         assert _runs(page) and _runs(page)[0]["step"] >= 3, _runs(page)
         button = page.locator("button.raynb-stop")
@@ -235,17 +241,17 @@ def test_the_stop_button_stops_a_background_run(lab: str, tmp_path: Path, artifa
         page.locator(".jp-Cell:has(.raynb-run)").first.screenshot(path=str(artifacts / "jupyterlab-stopped.png"))
 
 
-def test_detach_returns_a_waiting_cell_and_the_run_goes_on(lab: str, tmp_path: Path, artifacts: Path) -> None:
+def test_detach_returns_a_waiting_cell_and_the_run_goes_on(lab: tuple[str, Path], artifacts: Path) -> None:
     """A cell that waits on its run: Detach (clicked while the cell runs) lets the cell return and the next cell run,
     while the run goes on and its view keeps updating; then Stop, in the same bar, stops it."""
     _write_notebook(
-        tmp_path / "detach.ipynb",
+        lab[1] / "detach.ipynb",
         "%load_ext raynb\n%raycluster up --local",
         "%%raytrain --workers 1 --out fg --name detach-me\nimport raynb, time\n"
         "for i in range(1_000_000):\n    time.sleep(0.1)\n    raynb.report(loss=1.0 / (i + 1))",
         "print('next cell ran while', fg.name, 'was', fg.status)",
     )
-    with _running_notebook(lab, "detach.ipynb?reset", artifacts) as page:
+    with _running_notebook(lab[0], "detach.ipynb?reset", artifacts) as page:
         _until(lambda: _runs(page) and _runs(page)[0]["step"] >= 3, 300)
         assert _runs(page) and _runs(page)[0]["status"] == "running", _runs(page)
         printed = page.locator(".jp-OutputArea-output", has_text="next cell ran while")

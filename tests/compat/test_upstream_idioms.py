@@ -161,11 +161,11 @@ print("SUMMARY-READY")
 
 
 @pytest.fixture(scope="module")
-def kc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple]:
-    home = tmp_path_factory.mktemp("home")
+def kc(session_head: object, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple]:
+    """One kernel for the module on the session's head, with a storage path of its own."""
     storage = tmp_path_factory.mktemp("runs")
     work = tmp_path_factory.mktemp("work")
-    with kernel(env={"RAYNB_HOME": str(home)}, cwd=str(work)) as (_km, client):
+    with kernel(cwd=str(work)) as (_km, client):
         out = run(
             client,
             f"%load_ext raynb\n%config RayNB.storage_path = {str(storage)!r}\n%raycluster up --local",
@@ -175,7 +175,6 @@ def kc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple]:
         out = run(client, SUMMARY)
         assert "SUMMARY-READY" in text(out), text(out)
         yield client, storage
-        run(client, "%raycluster down", timeout=120)
 
 
 def _summary(client, var: str, key: str = "loss") -> dict:

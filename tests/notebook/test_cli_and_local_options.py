@@ -70,11 +70,21 @@ def test_manifest_cli_renders_what_render_gives(tmp_path: Path) -> None:
 
 
 def test_local_options_doctor_from_name_and_normal_close(tmp_path: Path) -> None:
+    """A head of its own: `list` before it with nothing running, a quiet first `up`, its options, doctor,
+    `Cluster.from_name`, and the head stopping once its kernels closed."""
     home = tmp_path / "home"
-    env = {"RAYNB_HOME": str(home)}
+    env = {"RAYNB_HOME": str(home), "KUBECONFIG": str(tmp_path / "no-kubeconfig")}
     with kernel(env=env) as (km1, kc1):
-        out = run(kc1, "%load_ext raynb\nc = %raycluster up --local --num-gpus 1 --no-dashboard", timeout=240)
+        out = run(kc1, "%load_ext raynb\n%raycluster list")
         assert not errors(out), text(out)
+        listing = text(out)
+        assert listing.startswith("no clusters: `%raycluster up --local` starts the embedded one"), listing
+        assert "Kubernetes not asked: No Kubernetes configuration found." in listing
+        out = run(kc1, "c = %raycluster up --local --num-gpus 1 --no-dashboard", timeout=240)
+        assert not errors(out), text(out)
+        up = text(out)
+        assert "embedded Ray head ready" in up and "connected to ray://127.0.0.1:" in up, up
+        assert "SIGTERM handler" not in up  # none of Ray's start-up chatter
         out = run(kc1, "import json; st = c.status(); print(json.dumps({'gpus': st.gpus, 'dash': c.dashboard_url}))")
         assert json.loads(text(out).strip().splitlines()[-1]) == {"gpus": 1.0, "dash": None}
         out = run(kc1, "d = %raycluster doctor\nprint({x.name: x.state for x in d.checks})")

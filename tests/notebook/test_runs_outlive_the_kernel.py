@@ -29,16 +29,16 @@ def _printed(msgs: list[dict]) -> str:
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    h = tmp_path_factory.mktemp("runs-home")
-    # a finished run keeps the head up this long, so the new kernel finds it even if the run ends first
-    return {
-        "RAYNB_HOME": str(h / "raynb"),
-        "KUBECONFIG": str(h / "no-kubeconfig"),
-        "RAYNB_LOCAL_IDLE_AFTER_RUN_S": "600",
-    }
+    """The kernels' environment: no Kubernetes. Without RAYNB_HOME: the session's head (inherited)."""
+    return {"KUBECONFIG": str(tmp_path_factory.mktemp("runs-home") / "no-kubeconfig")}
 
 
-def test_a_background_run_leaves_the_kernel_free(home: dict[str, str]) -> None:
+def _own_head(home: dict[str, str], tmp_path: Path) -> dict[str, str]:
+    """For a test of the head's own life (kept up by a run, stopped, started again): a RAYNB_HOME of its own."""
+    return {**home, "RAYNB_HOME": str(tmp_path / "raynb")}
+
+
+def test_a_background_run_leaves_the_kernel_free(session_head: object, home: dict[str, str]) -> None:
     with kernel(env=home) as (_km, kc):
         up = run(kc, "%load_ext raynb\n%raycluster up --local", timeout=300)
         assert not errors(up), text(up)
@@ -72,16 +72,20 @@ def test_a_background_run_leaves_the_kernel_free(home: dict[str, str]) -> None:
         assert len(updates) >= 3 and 'data-status="succeeded"' in updates[-1]["content"]["data"]["text/html"]
         out = run(kc, "import asyncio\nr2 = await bg\nprint(r2 is bg)")  # `await run` in async code
         assert "True" in text(out), text(out)
-        run(kc, "%raycluster down", timeout=120)
 
 
-def test_a_run_outlives_a_killed_kernel_and_is_attached_from_a_new_one(home: dict[str, str]) -> None:
-    with kernel(env=home) as (km, kc):
+def test_a_run_outlives_a_killed_kernel_and_is_attached_from_a_new_one(home: dict[str, str], tmp_path: Path) -> None:
+    """On a head of its own: the run's lease keeps the head up after its kernel is killed; a new kernel lists,
+    follows, attaches and removes it; once the run has ended (plus the idle delay, shortened here) and no kernel uses
+    the head, the head goes."""
+    env = _own_head(home, tmp_path)
+    with kernel(env=env) as (km, kc):
         up = run(kc, "%load_ext raynb\n%raycluster up --local", timeout=300)
         assert not errors(up), text(up)
+        run(kc, "%config RayNB.local_idle_after_run_s = 3")
         cell = (
-            LOOP.format(n=240, dt=0.5)
-            + "    if i % 60 == 0:\n        print('rank', ray.train.get_context().get_world_rank(), 'at', i)\n"
+            LOOP.format(n=160, dt=0.5)
+            + "    if i % 40 == 0:\n        print('rank', ray.train.get_context().get_world_rank(), 'at', i)\n"
         )
         out = run(kc, "%%raytrain --workers 2 --background --out r --name outlive\nimport ray.train\n" + cell)
         assert not errors(out), text(out)
@@ -90,12 +94,15 @@ def test_a_run_outlives_a_killed_kernel_and_is_attached_from_a_new_one(home: dic
             time.sleep(0.5)
         km.shutdown_kernel(now=True)  # SIGKILL: no atexit, no goodbye
     time.sleep(5)  # longer than the head waits for a kernel: the run's lease keeps it up
-    with kernel(env=home) as (_km, kc):
+    with kernel(env=env) as (_km, kc):
         up = run(kc, "%load_ext raynb\n%raycluster up --local", timeout=300)
         assert "reusing the embedded Ray head" in text(up), text(up)
         listing = text(run(kc, "%raytrain ls", timeout=60))  # nothing is running in the background here
         row = [ln for ln in listing.splitlines() if ln.startswith("outlive ")]
         assert row and " running " in row[0] and "2" in row[0], listing
+        run(kc, "import os\nfrom raynb import _embedded_head")
+        leases = _value(kc, "os.listdir(_embedded_head.leases_dir())")
+        assert leases == "['outlive']", leases  # the run took a lease on the head
         # what rank 1 prints, as it prints it, until the run ends
         arrivals: list[tuple[float, str]] = []
         run(
@@ -106,8 +113,8 @@ def test_a_run_outlives_a_killed_kernel_and_is_attached_from_a_new_one(home: dic
         )
         followed = "".join(t for _, t in arrivals).splitlines()
         assert followed[0] == "rank 1 at 0" and followed[-3:] == [
+            "rank 1 at 80",
             "rank 1 at 120",
-            "rank 1 at 180",
             "(run outlive succeeded)",
         ], followed
         assert arrivals[-1][0] - arrivals[0][0] > 10, arrivals  # live: lines came while the run went on
@@ -118,26 +125,39 @@ def test_a_run_outlives_a_killed_kernel_and_is_attached_from_a_new_one(home: dic
         out = run(
             kc, "m = a.metrics\nprint(a.status, sorted(set(m.step))[:2], m.step.max(), len(m), sorted(set(m['rank'])))"
         )
-        assert "succeeded [1, 2] 240 480 [0, 1]" in _printed(out), text(out)  # every step from 1, from both ranks
+        assert "succeeded [1, 2] 160 320 [0, 1]" in _printed(out), text(out)  # every step from 1, from both ranks
         # finished runs stay attachable until removed
         again = run(
             kc, "import raynb\nb = raynb.attach('outlive', display=False)\nprint(b.status, len(b.metrics))", timeout=120
         )
-        assert "succeeded 480" in _printed(again), text(again)
+        assert "succeeded 320" in _printed(again), text(again)
         # what the cell printed, before and after the first kernel died, per rank
         logs = _printed(run(kc, "%raytrain logs outlive --rank 1 --tail 3", timeout=60))
-        assert logs.splitlines() == ["rank 1 at 60", "rank 1 at 120", "rank 1 at 180"], logs
+        assert logs.splitlines() == ["rank 1 at 40", "rank 1 at 80", "rank 1 at 120"], logs
         logs = _printed(run(kc, "%raytrain logs outlive", timeout=60))
-        assert "[rank 0] rank 0 at 0" in logs and "[rank 1] rank 1 at 180" in logs and len(logs.splitlines()) == 8
+        assert "[rank 0] rank 0 at 0" in logs and "[rank 1] rank 1 at 120" in logs and len(logs.splitlines()) == 8
         bad = errors(run(kc, "%raytrain logs outlive --rank 5", timeout=60))
         assert bad and "there is no rank 5" in bad[0]["evalue"], bad
         gone = run(kc, "%raytrain rm outlive\n%raytrain ls", timeout=60)
         assert "removed run outlive" in text(gone) and "no runs on this cluster" in text(gone), text(gone)
-        run(kc, "%raycluster down", timeout=120)
+    # the last kernel is gone and the run's lease has ended: the head stops by itself
+    from raynb import _embedded_head as local
+
+    saved = os.environ["RAYNB_HOME"]
+    os.environ["RAYNB_HOME"] = env["RAYNB_HOME"]
+    try:
+        d = local.state_dir()
+        deadline = time.monotonic() + 60
+        while (d / "head.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not (d / "head.json").exists(), "the head must stop once its runs' leases end and no kernel uses it"
+    finally:
+        os.environ["RAYNB_HOME"] = saved
 
 
-def test_stop_from_another_kernel_and_the_refusals(home: dict[str, str]) -> None:
-    with kernel(env=home) as (_km, a), kernel(env=home) as (_km2, b):
+def test_stop_from_another_kernel_and_the_refusals(home: dict[str, str], tmp_path: Path) -> None:
+    env = _own_head(home, tmp_path)  # the head is stopped and started again
+    with kernel(env=env) as (_km, a), kernel(env=env) as (_km2, b):
         for kc in (a, b):
             up = run(kc, "%load_ext raynb\nimport raynb\n%raycluster up --local", timeout=300)
             assert not errors(up), text(up)
@@ -171,30 +191,3 @@ def test_stop_from_another_kernel_and_the_refusals(home: dict[str, str]) -> None
         fix = "".join(lost[0]["traceback"])
         assert re.search(r"checkpoints it saved are under \S+/long: run the cell again with `--name long`", fix), fix
         run(a, "%raycluster down", timeout=120)
-
-
-def test_the_head_stops_once_no_kernel_and_no_run_uses_it(home: dict[str, str], tmp_path: Path) -> None:
-    """A run's lease ends with it: after its end (plus the idle delay, shortened here) the head goes."""
-    env = {**home, "RAYNB_HOME": str(tmp_path / "raynb")}
-    with kernel(env=env) as (km, kc):
-        up = run(kc, "%load_ext raynb\n%raycluster up --local", timeout=300)
-        assert not errors(up), text(up)
-        run(kc, "%config RayNB.local_idle_after_run_s = 3")
-        out = run(kc, "%%raytrain --workers 1 --name short\n" + LOOP.format(n=3, dt=0.1))
-        assert not errors(out), text(out)
-        run(kc, "import os\nfrom raynb import _embedded_head")
-        leases = _value(kc, "os.listdir(_embedded_head.leases_dir())")
-        assert leases == "['short']", leases  # the run took a lease on the head
-        km.shutdown_kernel(now=True)
-    from raynb import _embedded_head as local
-
-    saved = os.environ.get("RAYNB_HOME")
-    os.environ["RAYNB_HOME"] = env["RAYNB_HOME"]
-    try:
-        d = local.state_dir()
-        deadline = time.monotonic() + 60
-        while (d / "head.json").exists() and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert not (d / "head.json").exists(), "the head must stop once its runs' leases end"
-    finally:
-        os.environ["RAYNB_HOME"] = saved or ""

@@ -25,9 +25,10 @@ def _printed(msgs: list[dict]) -> str:
 
 
 @pytest.fixture(scope="module")
-def home(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+def home(session_head: object, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The kernels' environment: the session's head (its RAYNB_HOME, inherited), no Kubernetes."""
     h = tmp_path_factory.mktemp("warm-home")
-    return {"RAYNB_HOME": str(h / "raynb"), "KUBECONFIG": str(h / "no-kubeconfig")}
+    return {"KUBECONFIG": str(h / "no-kubeconfig")}
 
 
 BUILD = """%%raytrain --warm --workers 2
@@ -120,8 +121,15 @@ def test_a_warm_group_keeps_each_ranks_state_across_cells(home: dict[str, str]) 
         assert free == total, text(out)
 
         # a rank blocked inside a collective cannot take the interrupt: after 10 s the group is stopped, said plainly
-        out = run(kc, "%%raytrain --warm --workers 2\nimport torch, torch.distributed as dist\ndist.get_backend()", 300)
-        assert _result(out) == "'gloo'", text(out)
+        # a new group (a fresh namespace on each rank): a function the cell defines calls raynb.report, as the same
+        # code does in a cold cell, without this cell (or an earlier one on the rank) importing raynb
+        out = run(
+            kc,
+            "%%raytrain --warm --workers 2\nimport torch, torch.distributed as dist\n"
+            "def note(v):\n    raynb.report(note=v)\n    return v\n(dist.get_backend(), note(7))",
+            300,
+        )
+        assert _result(out) == "('gloo', 7)", text(out)
         stuck = kc.execute(
             "%%raytrain --warm\nimport time\nif dist.get_rank() == 0:\n    dist.all_reduce(torch.ones(1))  # rank 1 "
             "never joins\nelse:\n    while True:\n        time.sleep(0.05)\n"
@@ -136,7 +144,6 @@ def test_a_warm_group_keeps_each_ranks_state_across_cells(home: dict[str, str]) 
         out = run(kc, WAIT_ALL_CPUS_FREE, timeout=90)  # the stuck group's workers are gone too
         free, total = _printed(out).split()
         assert free == total, text(out)
-        run(kc, "%raycluster down", timeout=120)
 
 
 WAIT_ALL_CPUS_FREE = (
@@ -189,4 +196,3 @@ def test_a_killed_kernels_warm_group_ends_within_a_minute(home: dict[str, str]) 
         # Ray Client keeps a dropped session for the reconnect grace; the workers notice its mailbox gone within a poll
         bound = GRACE_S + POLL_S + 10
         assert took < bound, f"the group must end within {bound:.0f} s of its kernel dying, not {took:.0f} s"
-        run(watcher, "%raycluster down --force", timeout=120)
