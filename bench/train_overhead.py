@@ -117,6 +117,13 @@ def with_raynb(steps: int) -> dict[str, float]:
     return {"t0": t0}
 
 
+def _verdict(paired: list[float], meets: Any) -> str:
+    """``met`` only when every paired round meets the target, ``missed`` when none does; otherwise the spread is
+    wider than the margin: ``not resolved``."""
+    hits = [bool(meets(v)) for v in paired]
+    return "met" if all(hits) else "missed" if not any(hits) else "not resolved"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
@@ -148,6 +155,13 @@ def main() -> None:
     def med(mode: str, key: str) -> float:
         return statistics.median(r[key] for r in rows[mode])
 
+    # each round's raynb run against the bare run beside it: the spread says whether the difference is resolved
+    first_diff = [
+        r["start_to_first_step_s"] - b["start_to_first_step_s"]
+        for r, b in zip(rows["raynb"], rows["bare"], strict=True)
+    ]
+    ratios = [r["steps_per_s"] / b["steps_per_s"] for r, b in zip(rows["raynb"], rows["bare"], strict=True)]
+
     out = {
         "ray": ray.__version__,
         "workers": 2,
@@ -169,6 +183,13 @@ def main() -> None:
             "ratio_raynb_over_bare": med("raynb", "steps_per_s") / med("bare", "steps_per_s"),
             "target_min_ratio": 0.98,
         },
+    }
+    out["paired"] = {
+        "first_step_raynb_minus_bare_s": first_diff,
+        "first_step_verdict": _verdict(first_diff, lambda d: d <= 1.0),
+        "steps_per_s_ratio": ratios,
+        "steps_per_s_ratio_spread": [min(ratios), max(ratios)],
+        "steps_per_s_verdict": _verdict(ratios, lambda r: r >= 0.98),
     }
     out["machine"] = machine()
     text = json.dumps(out, indent=1)
