@@ -8,9 +8,9 @@ import argparse
 import ast
 import re
 import shlex
-from typing import NoReturn
+from typing import Any, NoReturn
 
-from ._settings import add_flag, parse_assignments
+from ._settings import FIELDS, add_flag, parse_assignments
 from .errors import UsageError
 
 __all__ = [
@@ -158,6 +158,12 @@ def _split(line: str, prog: str) -> list[str]:
         return shlex.split(line)
     except ValueError as e:  # unbalanced quotes
         raise UsageError(f"{prog}: {e} in {line!r}", fix="close the quote, or quote the whole value") from None
+
+
+def setting_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The Settings fields a magic line can set, as parsed (None: not on the line, the next layer decides): the
+    flags ``add_flag`` declared, each named after its field."""
+    return {name: value for name, value in vars(args).items() if name in FIELDS}
 
 
 def parse_cluster_line(line: str) -> argparse.Namespace:

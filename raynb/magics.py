@@ -11,7 +11,7 @@ from typing import Any
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from traitlets.config import Configurable
 
-from ._magic_args import parse_cluster_line, parse_runs_line, parse_train_line, split_datasets
+from ._magic_args import parse_cluster_line, parse_runs_line, parse_train_line, setting_flags, split_datasets
 from ._settings import Settings, config_traits, parse_assignments
 from .errors import KubeError, RunAborted, TrainingFailedError, UsageError, not_connected
 
@@ -125,7 +125,7 @@ class RayNBMagics(Magics):
         if cmd == "bench":
             from ._probe import bench
 
-            settings = self._settings({"workers": args.workers, "gpu": args.gpu})
+            settings = self._settings(setting_flags(args))
             return bench(
                 gpu=args.gpu,
                 settings=settings if (args.workers or args.gpu) else None,
@@ -160,16 +160,7 @@ class RayNBMagics(Magics):
             if not isinstance(config, dict):
                 raise UsageError(f"%%raytrain: --config must give a dict, got {type(config).__name__}")
         datasets = {name: self._eval(expr, f"--datasets {name}=") for name, expr in split_datasets(args.datasets)}
-        settings = self._settings(
-            {
-                "workers": args.workers,
-                "gpu": args.gpu,
-                "cpus_per_worker": args.cpus_per_worker,
-                "nccl": args.nccl,
-                "strict_efa": args.strict_efa,
-                "max_failures": args.max_failures,
-            }
-        )
+        settings = self._settings(setting_flags(args))
         if args.warm:
             return self._warm_cell(args, cell, settings)
         full_cell = f"%%raytrain {line}\n{cell}"

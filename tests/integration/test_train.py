@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -153,8 +154,9 @@ def test_globals_config_local_module_and_plain_ray_train_report(ip, tmp_path: Pa
         values = df.dropna(subset=["value"])
         assert sorted(values[values["rank"] == 0]["value"].tolist()) == [10 * i + 5 for i in range(20)]
         assert values["cwd_ok"].all()
-        # Ray's own path blocks ~2,000 ms per call; raynb's takes microseconds (the benchmark measures it)
-        assert df["report_ms"].dropna().median() < 1000, "ray.train.report must not block a worker ~2 s per call"
+        # Ray's own path blocks ~2,000 ms per call (health-check interval 2 s); raynb's takes microseconds (the
+        # benchmark measures it): 20 ms is far above that on a loaded machine and far below any of Ray's waits
+        assert df["report_ms"].dropna().median() < 20, "ray.train.report must take raynb's non-blocking path"
     finally:
         os.chdir(old)
         sys.path.remove(str(tmp_path))
@@ -190,33 +192,15 @@ def test_terminal_ipython_prints_a_text_progress_line(cluster: raynb.Cluster) ->
     assert "SIGTERM handler" not in out + p.stderr and "Requesting resources" not in out
 
 
-def test_checkpoint_report_with_none_on_other_ranks_reaches_storage(cluster: raynb.Cluster, tmp_path: Path) -> None:
-    """The Ray idiom `report(m, checkpoint=ckpt if rank == 0 else None)` must go to Ray on every rank (Ray Train
-    synchronises them on it); plain metric reports stay on raynb's fast path."""
-
-    def fn(config: dict) -> None:
-        import tempfile
-
-        import ray.train
-
-        rank = ray.train.get_context().get_world_rank()
-        ray.train.report({"loss": 1.0})  # metrics only: fast path
-        with tempfile.TemporaryDirectory() as d:
-            if rank == 0:
-                Path(d, "weights.txt").write_text("ok")
-            ray.train.report({"loss": 0.5}, checkpoint=ray.train.Checkpoint.from_directory(d) if rank == 0 else None)
-
-    settings = resolve({"workers": 2, "storage_path": str(tmp_path)})
-    run = raynb.train(fn, settings=settings, display=False, name="ckpt-test")
-    assert run.status == "succeeded", run.error
-    ckpt = run.result["checkpoint"]
-    assert ckpt and Path(ckpt, "weights.txt").read_text() == "ok" and str(tmp_path) in ckpt
-
-
 def test_a_lost_worker_restarts_the_run_from_its_checkpoint(cluster: raynb.Cluster, tmp_path: Path) -> None:
     """``max_failures=1``: rank 1 kills its own process (SIGKILL) at step 5 of the first attempt; Ray Train starts
     the workers again, the function resumes from its latest checkpoint (Ray's ``get_checkpoint`` idiom), the run
-    succeeds, and the records and the view say which attempt they belong to."""
+    succeeds, and the records and the view say which attempt they belong to.
+
+    Its checkpoints follow the Ray idiom `report(m, checkpoint=ckpt if rank == 0 else None)`: a call that names
+    `checkpoint` must go to Ray on every rank (Ray Train synchronises the ranks on it; a rank taking raynb's fast path
+    would leave rank 0 waiting), and the last checkpoint lands in the storage path. (Plain metric reports take the
+    fast path: test_globals_config_local_module_and_plain_ray_train_report times them.)"""
 
     def fn(config: dict) -> None:
         import json
@@ -245,6 +229,8 @@ def test_a_lost_worker_restarts_the_run_from_its_checkpoint(cluster: raynb.Clust
     settings = resolve({"workers": 2, "storage_path": str(tmp_path), "max_failures": 1})
     run = raynb.train(fn, settings=settings, display=False, name="restart-test")
     assert run.status == "succeeded", run.error
+    ckpt = run.result["checkpoint"]  # rank 0's last, through Ray, in the storage path
+    assert ckpt and str(tmp_path) in ckpt and json.loads(Path(ckpt, "state.json").read_text()) == {"step": 8}
     df = run.metrics
     assert run.attempt == 2 and set(df.attempt) == {1, 2}, df
     second = df[df.attempt == 2]

@@ -101,7 +101,8 @@ def test_three_gpu_workers_on_two_gpu_nodes_times_out_with_the_schedulers_reason
             progress=say,
         )
     took = time.monotonic() - t0
-    assert took < 100, took  # the 10 s timeout holds (the default would wait 900 s)
+    # the 10 s timeout holds (the default would wait 900 s): it waited that long, plus the diagnosis's reads
+    assert 10 <= took < 40, took
     assert "was not ready after 10 s" in e.value.what and "workers 2/3 ready" in e.value.what
     assert "Insufficient nvidia.com/gpu" in e.value.saw  # the real scheduler's words
     assert "GPU_NODE_COUNT" in e.value.saw and "%raycluster down" in e.value.fix
@@ -138,10 +139,11 @@ def test_image_pull_failure_fails_fast(clean) -> None:
             values=VALUES,
             set={"PYTHON_VERSION": HERE_PY, "DLC_IMAGE": "registry.invalid/ray:nope"},
             connect=False,
-            timeout=120,
+            timeout=600,
             progress=lambda _m: None,
         )
-    assert time.monotonic() - t0 < 100  # fails before the 120 s timeout: waiting cannot help
+    took = time.monotonic() - t0
+    assert took < 120, took  # fails as soon as the pull fails, long before the 600 s timeout: waiting cannot help
     assert "image cannot be pulled" in e.value.what and "ImagePullBackOff" in e.value.saw
 
 

@@ -23,6 +23,31 @@ def test_full_and_off_modes_and_user_values_win() -> None:
     assert env["NCCL_DEBUG"] == "WARN" and env["X"] == "1" and env["NCCL_NET"] == STRICT_EFA_NET
 
 
+def test_a_raytrain_lines_nccl_flags_reach_the_worker_env() -> None:
+    """The `%%raytrain` line's --nccl / --strict-efa through parsing, Settings and the worker env, as the magic does
+    it (the env reaching a real worker is the integration test's summary-mode run: tests/integration/
+    test_worker_env.py)."""
+    from raynb._magic_args import parse_train_line, setting_flags
+    from raynb._settings import resolve
+    from raynb._worker_env import worker_env
+
+    def env_of(line: str) -> dict[str, str]:
+        s = resolve(setting_flags(parse_train_line(line)[0]), env={})
+        return worker_env(s.nccl, "r", strict_efa=s.strict_efa)
+
+    full = env_of("--workers 2 --nccl full --strict-efa")
+    assert full["NCCL_DEBUG"] == "INFO" and "NCCL_DEBUG_FILE" not in full  # raw lines go to the cell
+    assert full["NCCL_NET"] == "Libfabric"  # aws-ofi-nccl or fail: no silent socket fallback
+    off = env_of("--workers 2 --nccl off")
+    assert not {"NCCL_DEBUG", "NCCL_DEBUG_FILE", "NCCL_NET"} & set(off)
+    for env in (full, off, env_of("--workers 2")):  # raynb's defaults stay whatever the mode
+        assert (env["NCCL_NVLS_ENABLE"], env["TORCH_SYMM_MEM_DISABLE_MULTICAST"], env["PYTHONUNBUFFERED"]) == (
+            "0",
+            "1",
+            "1",
+        )
+
+
 def test_debug_file_expansion_matches_nccl() -> None:
     assert (
         expand_debug_file("/tmp/n.%h.%p.log", hostname="ip-10-0-1-2.ec2.internal", pid=42)
