@@ -30,6 +30,8 @@ from .errors import (
     TrainingFailedError,
     UndefinedNameError,
     UsageError,
+    WarmCellError,
+    WarmGroupLost,
 )
 
 if TYPE_CHECKING:
@@ -87,6 +89,8 @@ __all__ = [
     "UndefinedNameError",
     "TrainingFailedError",
     "RunAborted",
+    "WarmCellError",
+    "WarmGroupLost",
     # IPython
     "load_ipython_extension",
     "unload_ipython_extension",

@@ -224,7 +224,7 @@ class Run:
     ) -> Run:
         """Run the same function again, changing only what is given (e.g. ``env=TCP_ENV`` to force sockets)."""
         if self._rerun is None:
-            raise RuntimeError("this Run was not started by raynb.train")
+            raise UsageError(f"Run {self.name!r} was attached here: its own kernel reruns it.", fix="run its cell here")
         return self._rerun(env=env, name=name, config=config, workers=workers, display=display)
 
     def figure(self) -> Any:

@@ -19,20 +19,12 @@ from ._current import resolve_settings
 from ._run import Run
 from ._settings import Settings
 from .display.run_view import clock
-from .errors import RaynbError, UsageError, not_connected
+from .errors import RaynbError, UsageError, WarmCellError, WarmGroupLost, not_connected
 
-__all__ = ["WarmGroup", "warm", "current_warm", "WarmCellError", "WarmGroupLost"]
+__all__ = ["WarmGroup", "warm", "current_warm"]
 
 #: a rank that has not stopped this long after an interrupt is stuck (in a collective): the group is restarted
 STUCK_AFTER_S = 10.0
-
-
-class WarmCellError(RaynbError):
-    """A warm cell raised on a rank; the group and its state are still there."""
-
-
-class WarmGroupLost(RaynbError):
-    """The warm group ended (stuck rank, failure, idle time-out): its state is gone."""
 
 
 _group: WarmGroup | None = None

@@ -20,6 +20,8 @@ __all__ = [
     "UndefinedNameError",
     "TrainingFailedError",
     "RunAborted",
+    "WarmCellError",
+    "WarmGroupLost",
     "not_connected",
 ]
 
@@ -121,3 +123,11 @@ class RunAborted(RaynbError):
     def __init__(self, what: str, *, run: object = None) -> None:
         self.run = run
         super().__init__(what)
+
+
+class WarmCellError(RaynbError):
+    """A warm cell raised on a rank; the group and its state are still there."""
+
+
+class WarmGroupLost(RaynbError):
+    """The warm group ended (stuck rank, failure, idle time-out): its state is gone."""

@@ -1,4 +1,5 @@
-"""The real Kubernetes control plane (tests/k8s/controlplane.py), once per test session.
+"""The real Kubernetes control plane (tests/k8s/controlplane.py), once for this package (stopped when its last test
+has run, so it does not idle through the tiers after it).
 
 Built from Go modules on first use (minutes cold, seconds warm); skipped with the reason printed where Go is missing
 and nothing was built. CI has Go: there these tests run.
@@ -6,6 +7,7 @@ and nothing was built. CI has Go: there these tests run.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -23,7 +25,7 @@ VALUES = str(ROOT / "manifests" / "values.env")
 HERE_PY = f"{sys.version_info[0]}.{sys.version_info[1]}"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[controlplane.Stack]:
     if not controlplane.built():  # built by `make test` before pytest: a cold build (~10 min) outlasts any test limit
         pytest.skip(
@@ -71,14 +73,27 @@ def clean(stack: controlplane.Stack) -> Iterator[controlplane.Stack]:
     raynb.down("ray-train-cluster", progress=lambda _m: None)
 
 
-@pytest.fixture(scope="session")
+@contextlib.contextmanager
+def _raynb_home(path: str) -> Iterator[None]:
+    saved = os.environ["RAYNB_HOME"]
+    os.environ["RAYNB_HOME"] = path
+    try:
+        yield
+    finally:
+        os.environ["RAYNB_HOME"] = saved
+
+
+@pytest.fixture(scope="package")
 def head_behind_pods(stack: controlplane.Stack, tmp_path_factory: pytest.TempPathFactory):
     """A real local Ray head standing behind the RayCluster's head pod: kwok's ClusterPortForward sends the pod's
     10001/8265 to it, and its ClusterLogs serves (a CRI-format copy of) the head's log through pods/log."""
     from raynb import _embedded_head as local
 
-    head = local.start_head(num_cpus=2, timeout=120, progress=print, auth=False)  # the DLC head runs without Ray auth
-    started_here = not head.reused
+    # a head of its own (not the session's embedded head: the DLC head runs without Ray auth), in a state dir of its
+    # own, owned by this process until the session ends
+    home = str(tmp_path_factory.mktemp("head-behind-pods"))
+    with _raynb_home(home):
+        head = local.start_head(num_cpus=2, timeout=120, progress=print, auth=False)
     client_port = int(head.client_address.rsplit(":", 1)[1])
     dash_port = int(head.dashboard_url.rsplit(":", 1)[1])
     log = tmp_path_factory.mktemp("head-log") / "head.cri.log"
@@ -121,6 +136,5 @@ def head_behind_pods(stack: controlplane.Stack, tmp_path_factory: pytest.TempPat
     yield head, log
     delete(stack, "kwok.x-k8s.io/v1alpha1", "ClusterPortForward", "ray-head")
     delete(stack, "kwok.x-k8s.io/v1alpha1", "ClusterLogs", "ray-head")
-    if started_here:
+    with _raynb_home(home):
         local.stop_head(head)
-    local.remove_owner()

@@ -32,3 +32,20 @@ def test_worker_side_import_is_light() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_every_error_a_user_can_hit_is_in_errors_and_exported() -> None:
+    """Each RaynbError subclass anywhere in the package lives in raynb.errors and is in raynb.__all__."""
+    import raynb.errors
+
+    for mod in pkgutil.walk_packages(raynb.__path__, "raynb."):
+        importlib.import_module(mod.name)
+
+    def subclasses(cls: type) -> set[type]:
+        return {c for s in cls.__subclasses__() for c in {s, *subclasses(s)}}
+
+    found = {c for c in subclasses(raynb.RaynbError) if c.__module__.startswith("raynb")}
+    assert found and all(c.__module__ == "raynb.errors" for c in found), sorted(
+        f"{c.__module__}.{c.__name__}" for c in found
+    )
+    assert {c.__name__ for c in found} | {"RaynbError"} <= set(raynb.__all__) & set(raynb.errors.__all__)
