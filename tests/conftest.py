@@ -3,6 +3,7 @@ one embedded head serves the whole session; markers come from the directory a te
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 import time
@@ -61,25 +62,38 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 _TIER_SECONDS: dict[str, float] = {}
+_TEST_SECONDS: dict[str, float] = {}
 _STARTED = time.monotonic()
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Seconds per tier (setup, call and teardown: a module's kernel or lab counts where it is paid)."""
+    """Seconds per test and per tier (setup, call and teardown: a module's kernel or lab counts where it is paid)."""
     tier = report.nodeid.split("/")[1] if report.nodeid.startswith("tests/") else "other"
     _TIER_SECONDS[tier] = _TIER_SECONDS.get(tier, 0.0) + report.duration
+    _TEST_SECONDS[report.nodeid] = _TEST_SECONDS.get(report.nodeid, 0.0) + report.duration
 
 
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """The suite's cost, printed every run (tests/BUDGET.md keeps the measured totals): seconds per tier and in all."""
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int) -> None:
+    """The suite's cost, printed every run and written to test-artifacts/test-times.json (tests/BUDGET.md keeps the
+    measured totals): seconds per tier and in all, and each test's."""
     if not _TIER_SECONDS:
         return
+    wall = time.monotonic() - _STARTED
     terminalreporter.section("time per tier (tests/BUDGET.md holds the budget)")
     for tier, seconds in sorted(_TIER_SECONDS.items(), key=lambda kv: -kv[1]):
         terminalreporter.write_line(f"{tier:<12} {seconds:8.1f} s")
-    terminalreporter.write_line(
-        f"{'all tests':<12} {sum(_TIER_SECONDS.values()):8.1f} s (pytest wall {time.monotonic() - _STARTED:.1f} s)"
-    )
+    terminalreporter.write_line(f"{'all tests':<12} {sum(_TIER_SECONDS.values()):8.1f} s (pytest wall {wall:.1f} s)")
+    record = {
+        "written_by": "tests/conftest.py at the end of a pytest run",
+        "exit_status": int(exitstatus),
+        "ci": os.environ.get("CI") == "true",
+        "cores": os.cpu_count(),
+        "pytest_wall_s": round(wall, 1),
+        "tiers_s": {k: round(v, 1) for k, v in sorted(_TIER_SECONDS.items())},
+        "tests_s": {k: round(v, 2) for k, v in sorted(_TEST_SECONDS.items(), key=lambda kv: -kv[1])},
+    }
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "test-times.json").write_text(json.dumps(record, indent=1) + "\n")
 
 
 def pytest_configure(config: pytest.Config) -> None:
