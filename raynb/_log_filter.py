@@ -8,9 +8,10 @@ once, as its own message with the cell's line numbers; Ray's copies stay in Ray'
 
 from __future__ import annotations
 
+import logging
 import re
 
-__all__ = ["KNOWN_NOISE", "LineFilter"]
+__all__ = ["KNOWN_NOISE", "LineFilter", "NoiseRecords"]
 
 #: Lines Ray itself logs on every run that say nothing to a notebook user (Ray 2.58). User prints are untouched.
 KNOWN_NOISE = (
@@ -64,3 +65,12 @@ class LineFilter:
     def text(self, msg: str) -> str:
         """``msg`` (one or more lines, as Ray Client delivers them) without the lines to drop."""
         return "".join(ln for ln in msg.splitlines(keepends=True) if self.keep(ln))
+
+
+class NoiseRecords(logging.Filter):
+    """The same known noise where Ray logs it in the notebook's own process (``ray.init`` called off the main thread
+    warns about its SIGTERM handler through Ray's logger, not through the cluster's log stream)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        return not any(p.search(msg) for p in KNOWN_NOISE)

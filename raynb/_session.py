@@ -35,7 +35,12 @@ def _filter_known_noise() -> None:
         return
     if getattr(LogstreamClient.stdstream, "_raynb", False):
         return
+    import logging
+
+    from ._log_filter import NoiseRecords
     from .display import end_progress_line
+
+    logging.getLogger("ray._private.worker").addFilter(NoiseRecords())
 
     lines = LineFilter()
     stdstream, log = LogstreamClient.stdstream, LogstreamClient.log

@@ -46,6 +46,7 @@ def test_in_cluster_service_account(clean, tmp_path: Path, monkeypatch) -> None:
         monkeypatch.setenv("KUBERNETES_SERVICE_PORT", stack.server.rsplit(":", 1)[1])
         monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
         monkeypatch.setenv("HOME", str(tmp_path))
+        monkeypatch.setenv("RAYNB_HOME", str(tmp_path / "raynb"))  # a kernel in a pod: no embedded head beside it
 
         target = kube.connect_api()
         assert target.context is None and target.default_namespace == "ray-train"

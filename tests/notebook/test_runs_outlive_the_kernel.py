@@ -190,4 +190,4 @@ def test_stop_from_another_kernel_and_the_refusals(home: dict[str, str], tmp_pat
         assert lost and "The run 'long' is gone with this cluster's head" in lost[0]["evalue"], lost
         fix = "".join(lost[0]["traceback"])
         assert re.search(r"checkpoints it saved are under \S+/long: run the cell again with `--name long`", fix), fix
-        run(a, "%raycluster down", timeout=120)
+    # (no `down`: with both kernels gone the head stops by itself, as the test above shows)

@@ -117,7 +117,7 @@ def test_a_warm_group_keeps_each_ranks_state_across_cells(home: dict[str, str]) 
         assert "stopped" in _printed(out), text(out)
         # no worker left behind: every CPU is free again
         out = run(kc, WAIT_ALL_CPUS_FREE, timeout=90)
-        free, total = _printed(out).split()
+        free, total = _cpus_free(out)
         assert free == total, text(out)
 
         # a rank blocked inside a collective cannot take the interrupt: after 10 s the group is stopped, said plainly
@@ -142,15 +142,22 @@ def test_a_warm_group_keeps_each_ranks_state_across_cells(home: dict[str, str]) 
         assert "Rank(s) 0 did not stop within 10 s" in lost[0]["evalue"] and "state is lost" in lost[0]["evalue"], lost
         time.sleep(1)  # stop_on_error, as above
         out = run(kc, WAIT_ALL_CPUS_FREE, timeout=90)  # the stuck group's workers are gone too
-        free, total = _printed(out).split()
+        free, total = _cpus_free(out)
         assert free == total, text(out)
 
 
 WAIT_ALL_CPUS_FREE = (
     "import ray, time\nt = time.time()\n"
     "while ray.available_resources().get('CPU', 0) < ray.cluster_resources()['CPU'] and time.time() - t < 60:\n"
-    "    time.sleep(0.5)\nprint(ray.available_resources().get('CPU'), ray.cluster_resources()['CPU'])"
+    "    time.sleep(0.5)\nprint('CPUS-FREE', ray.available_resources().get('CPU'), ray.cluster_resources()['CPU'])"
 )
+
+
+def _cpus_free(msgs: list[dict]) -> tuple[str, str]:
+    """(free, total) as WAIT_ALL_CPUS_FREE printed them (a worker's last words may land in the same cell's output)."""
+    found = re.findall(r"^CPUS-FREE (\S+) (\S+)$", _printed(msgs), re.M)
+    assert found, _printed(msgs)
+    return found[-1]
 
 
 def _until_idle(kc, msg_id: str, timeout: float) -> list[dict]:

@@ -55,3 +55,19 @@ def test_trains_resource_request_retry_on_a_busy_machine_stays_out() -> None:
     ]
     f = LineFilter()
     assert [ln for ln in lines if f.keep(ln)] == [lines[-1]]
+
+
+def test_rays_own_logger_in_the_notebook_drops_the_same_noise() -> None:
+    """`ray.init` off the main thread warns through Ray's logger in the notebook's process (seen in terminal IPython:
+    "worker.py:1673 -- SIGTERM handler is not set ..."); the same patterns drop it there, other records pass."""
+    import logging
+
+    from raynb._log_filter import NoiseRecords
+
+    f = NoiseRecords()
+
+    def record(msg: str) -> logging.LogRecord:
+        return logging.LogRecord("ray._private.worker", logging.WARNING, "worker.py", 1673, msg, None, None)
+
+    assert not f.filter(record("SIGTERM handler is not set because current thread is not the main thread."))
+    assert f.filter(record("Connecting to existing Ray cluster at address: 127.0.0.1:6379"))
