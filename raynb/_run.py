@@ -28,6 +28,7 @@ from .errors import ConnectError, RunAborted, TrainingFailedError, UsageError
 
 __all__ = ["Run", "RunSpec", "RunStatus", "active_run", "set_active", "TERMINAL"]
 
+_RERUN = "run its cell (or raynb.train(fn, ...)) again in this kernel: that run can be rerun"
 RunStatus = Literal["pending", "starting", "running", "succeeded", "failed", "aborted", "detached"]
 #: the kernel follows the run no more: it ended, or ("detached") the connection was lost while it goes on
 TERMINAL: tuple[RunStatus, ...] = ("succeeded", "failed", "aborted", "detached")
@@ -224,7 +225,7 @@ class Run:
     ) -> Run:
         """Run the same function again, changing only what is given (e.g. ``env=TCP_ENV`` to force sockets)."""
         if self._rerun is None:
-            raise UsageError(f"Run {self.name!r} was attached here: its own kernel reruns it.", fix="run its cell here")
+            raise UsageError(f"Run {self.name!r} was attached here; its own kernel can rerun it.", fix=_RERUN)
         return self._rerun(env=env, name=name, config=config, workers=workers, display=display)
 
     def figure(self) -> Any:

@@ -32,3 +32,15 @@ def test_rate_skips_the_slow_first_steps() -> None:
     assert with_slow < 0.6 * 4000.0, with_slow
     assert abs(with_slow - 2 * 19 * 1000 / (10.0 + 18 * 0.5)) < 1e-6
     assert run.rate("samples") == 0.0
+
+
+def test_an_attached_run_cannot_be_rerun_here_and_says_so() -> None:
+    import pytest
+
+    from raynb.errors import UsageError
+
+    run = _run([])
+    run.name, run._rerun = "long", None
+    with pytest.raises(UsageError) as e:
+        run.rerun(env={"X": "1"})
+    assert "attached here" in e.value.what and "again in this kernel" in e.value.fix
