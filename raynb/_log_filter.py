@@ -27,6 +27,9 @@ KNOWN_NOISE = (
     re.compile(r"Setting up process group for: "),
     re.compile(r"Started training worker group of size \d+"),
     re.compile(r"- \(ip=[^,)]*, pid=\d+\) world_rank=\d+, local_rank=\d+, node_rank=\d+"),
+    # prepare_model's narration on every rank (the quickstart's cell showed both in red under its chart)
+    re.compile(r"Moving model to device: \w+"),
+    re.compile(r"Wrapping provided model in DistributedDataParallel\."),
 )
 #: Where Ray Train begins reporting a failure that raynb reports itself.
 _FAILURE_START = re.compile(

@@ -71,3 +71,11 @@ def test_rays_own_logger_in_the_notebook_drops_the_same_noise() -> None:
 
     assert not f.filter(record("SIGTERM handler is not set because current thread is not the main thread."))
     assert f.filter(record("Connecting to existing Ray cluster at address: 127.0.0.1:6379"))
+
+
+def test_prepare_models_narration_stays_out_and_user_lines_stay_in() -> None:
+    f = LineFilter()
+    assert (
+        f.text(W + "Moving model to device: cpu\n" + W + "Wrapping provided model in DistributedDataParallel.\n") == ""
+    )
+    assert f.text(W + "moving my model to the GPU now\n") == W + "moving my model to the GPU now\n"
