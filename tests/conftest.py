@@ -40,6 +40,9 @@ def session_head() -> Iterator[object]:
     head = local.start_head(progress=print)
     yield head
     local.stop_head(head)
+    deadline = time.monotonic() + 10
+    while local.processes_of(head) and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert local.processes_of(head) == [], "raynb left Ray processes behind"
 
 
