@@ -210,18 +210,19 @@ class Aggregate:
     def has_counts(self) -> bool:
         return bool(self._counts)
 
-    def counted_rate(self, *, window_s: float = 10.0, min_span_s: float = 2.0) -> float | None:
+    def counted_rate(self, *, window_s: float = 10.0, min_span_s: float = 2.0, min_steps: int = 2) -> float | None:
         """Cluster throughput from reported counts: what all ranks counted over the last ``window_s`` seconds of
         complete steps of the newest segment (attempt, warm cell), divided by that time. Needs ``min_span_s`` of
-        reports: a burst of back-to-back reports has no time base, so None (shown as "–"), not a made-up rate."""
+        reports and ``min_steps`` complete steps: a burst of back-to-back reports has no time base, so None (shown as
+        "–"), not a made-up rate."""
         ranks = len(self.tput_ranks) or 1
         steps = sorted((c[1], c[0]) for c in self._counts.values() if c[2] >= ranks and c[3] == self._newest)
-        if len(steps) < 2:
+        if len(steps) < max(min_steps, 2):
             return None
         t_end = steps[-1][0]
         first = next(i for i, (t, _c) in enumerate(steps) if t >= t_end - window_s or i == len(steps) - 2)
         span = t_end - steps[first][0]
-        if span < min_span_s:
+        if span < min_span_s or span <= 0:
             return None
         return sum(c for _t, c in steps[first + 1 :]) / span
 

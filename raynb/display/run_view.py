@@ -69,8 +69,9 @@ def _fmt_num(v: float | None) -> str:
     return f"{v:.4g}"
 
 
-#: a finished run's mean throughput needs reports over at least this long (a burst of back-to-back reports has none)
-FINISHED_MIN_SPAN_S = 0.5
+#: a finished run's mean throughput needs this many complete steps (a burst of a few back-to-back reports has no time
+#: base; the quickstart's 150 steps take ~0.3 s on 2 cores and do)
+FINISHED_MIN_STEPS = 10
 
 
 def _finished(run: ViewedRun) -> bool:
@@ -87,7 +88,7 @@ def _summary(run: ViewedRun) -> dict[str, Any]:
     rate = agg.counted_rate() if agg.has_counts else S.median(y for _, y in total[-10:])
     run_mean = rate is None and agg.has_counts and _finished(run)
     if run_mean:
-        rate = agg.counted_rate(window_s=math.inf, min_span_s=FINISHED_MIN_SPAN_S)
+        rate = agg.counted_rate(window_s=math.inf, min_span_s=0.0, min_steps=FINISHED_MIN_STEPS)
     return {
         "key": agg.key,
         "agg": agg,

@@ -160,5 +160,7 @@ def test_a_finished_short_run_says_its_mean_throughput() -> None:
     assert "– samples/s" in render_bundle(_run(short))["text/plain"]  # live: no time base yet
     line = render_bundle(_run(short, status="succeeded"))["text/plain"].splitlines()[0]
     assert "2,560 samples/s total (1,280 per rank), mean of the run" in line, line
+    quick = render_bundle(_run(_recs(steps=150, dt=0.002), status="succeeded"))["text/plain"]  # the quickstart's
+    assert "64,000 samples/s total (32,000 per rank), mean of the run" in quick, quick  # 150 steps in 0.3 s
     burst = render_bundle(_run(_recs(steps=5, dt=0.001), status="succeeded"))  # 5 back-to-back reports
     assert "– samples/s" in burst["text/plain"] and "– samples/s" in burst["text/html"], burst["text/plain"]
