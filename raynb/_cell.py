@@ -180,9 +180,16 @@ def untravelable(values: dict[str, Any], pickler: Any) -> list[str]:
     return out
 
 
-def _stdlib_roots() -> list[Path]:
-    """The interpreter's own library folders: what lies there is installed, distribution or not."""
-    roots = {Path(p).resolve() for key in ("stdlib", "platstdlib") if (p := sysconfig.get_paths().get(key))}
+def _stdlib_and_site_roots() -> list[Path]:
+    """The interpreter's own folders (its library, its site-packages, its prefix): what lies there is installed,
+    with a distribution or without one."""
+    roots = {
+        Path(p).resolve()
+        for key in ("stdlib", "platstdlib", "purelib", "platlib")
+        if (p := sysconfig.get_paths().get(key))
+    }
+    roots |= {Path(p).resolve() for p in sys.path if "site-packages" in p or "dist-packages" in p}
+    roots.add(Path(sys.prefix).resolve())
     return sorted(roots)
 
 
@@ -207,14 +214,15 @@ def _installed_from(top: str, path: Path, owners: Mapping[str, list[str]]) -> bo
 def modules_beside(root: Path, modules: Iterable[types.ModuleType] | None = None) -> list[types.ModuleType]:
     """Top-level modules imported from under ``root`` (the notebook's folder) that no installed distribution holds.
 
-    Workers cannot import these (they are not installed there), so they travel by value with the cell. Whether a
-    module is installed is decided by its distribution, not by the folder's name: packages installed with
-    ``pip install --target libs`` into a folder under the notebook's are installed (their ``dist-info`` says so).
+    Workers cannot import these (they are not installed there), so they travel by value with the cell. Installed
+    are the interpreter's own folders (a venv under the notebook's folder included) and whatever a distribution
+    holds, wherever it lies: packages put by ``pip install --target libs`` into a folder under the notebook's are
+    installed (their ``dist-info`` says so), not modules beside the notebook.
     """
     from importlib.metadata import packages_distributions
 
     root = root.resolve()
-    stdlib = _stdlib_roots()
+    installed = _stdlib_and_site_roots()
     owners: Mapping[str, list[str]] | None = None
     found: dict[str, types.ModuleType] = {}
     for mod in list(modules if modules is not None else sys.modules.values()):
@@ -227,7 +235,7 @@ def modules_beside(root: Path, modules: Iterable[types.ModuleType] | None = None
         if not path or not os.path.isabs(path) or not os.path.isfile(path):
             continue  # builtins, namespace packages, generated code ("<string>")
         p = Path(path).resolve()
-        if not p.is_relative_to(root) or any(p.is_relative_to(r) for r in stdlib if r != root):
+        if not p.is_relative_to(root) or any(p.is_relative_to(r) for r in installed if r != root):
             continue
         if owners is None:
             owners = packages_distributions()  # read once, only when a module lies under the notebook's folder

@@ -90,7 +90,7 @@ def head_behind_pods(stack: controlplane.Stack, tmp_path_factory: pytest.TempPat
     from raynb import _embedded_head as local
 
     # a head of its own (not the session's embedded head: the DLC head runs without Ray auth), in a state dir of its
-    # own, owned by this process until the session ends
+    # own, owned by this process until the k8s tests are done
     home = str(tmp_path_factory.mktemp("head-behind-pods"))
     with _raynb_home(home):
         head = local.start_head(num_cpus=2, timeout=120, progress=print, auth=False)

@@ -4,7 +4,6 @@ stopped from another kernel; and the refusals around names and `down`."""
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from pathlib import Path
@@ -74,7 +73,9 @@ def test_a_background_run_leaves_the_kernel_free(session_head: object, home: dic
         assert "True" in text(out), text(out)
 
 
-def test_a_run_outlives_a_killed_kernel_and_is_attached_from_a_new_one(home: dict[str, str], tmp_path: Path) -> None:
+def test_a_run_outlives_a_killed_kernel_and_is_attached_from_a_new_one(
+    home: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """On a head of its own: the run's lease keeps the head up after its kernel is killed; a new kernel lists,
     follows, attaches and removes it; once the run has ended (plus the idle delay, shortened here) and no kernel uses
     the head, the head goes."""
@@ -143,16 +144,12 @@ def test_a_run_outlives_a_killed_kernel_and_is_attached_from_a_new_one(home: dic
     # the last kernel is gone and the run's lease has ended: the head stops by itself
     from raynb import _embedded_head as local
 
-    saved = os.environ["RAYNB_HOME"]
-    os.environ["RAYNB_HOME"] = env["RAYNB_HOME"]
-    try:
-        d = local.state_dir()
-        deadline = time.monotonic() + 60
-        while (d / "head.json").exists() and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert not (d / "head.json").exists(), "the head must stop once its runs' leases end and no kernel uses it"
-    finally:
-        os.environ["RAYNB_HOME"] = saved
+    monkeypatch.setenv("RAYNB_HOME", env["RAYNB_HOME"])
+    d = local.state_dir()
+    deadline = time.monotonic() + 60
+    while (d / "head.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not (d / "head.json").exists(), "the head must stop once its runs' leases end and no kernel uses it"
 
 
 def test_stop_from_another_kernel_and_the_refusals(home: dict[str, str], tmp_path: Path) -> None:
