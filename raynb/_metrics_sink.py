@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Any
 
-from ._detached import NAMESPACE, exit_unless_claimed, on_head
+from ._detached import NAMESPACE, exit_unless_claimed, on_head, yield_cpu_to_training
 from .display.aggregate import Aggregate
 
 __all__ = ["MetricsSink", "sink_actor"]
@@ -49,9 +49,11 @@ class MetricsSink:
         self._new_log = asyncio.Event()
         self._picture = Aggregate()
         self._version = 0  # one more for each push or event: what a notebook's picture is up to date with
+        self._pickled: tuple[int, bytes] | None = None  # (version, picture): every kernel following gets the same
         self._claimed = threading.Event()
         if ttl_s is not None:
             exit_unless_claimed(self._claimed, ttl_s)
+        yield_cpu_to_training()
 
     async def claim(self) -> bool:
         self._claimed.set()
@@ -139,8 +141,11 @@ class MetricsSink:
             self._new.clear()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._new.wait(), timeout)
-        changed = version < self._version
-        pic = pickle.dumps(self._picture, protocol=pickle.HIGHEST_PROTOCOL) if changed else None
+        pic = None
+        if version < self._version:
+            if self._pickled is None or self._pickled[0] != self._version:
+                self._pickled = (self._version, pickle.dumps(self._picture, protocol=pickle.HIGHEST_PROTOCOL))
+            pic = self._pickled[1]
         return self._version, pic, self._events[event_cursor:], await self.summary()
 
     async def read(

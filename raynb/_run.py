@@ -265,7 +265,7 @@ class Run:
             },
         }
         self._fit_ref = self._launcher.fit.remote(payload, self.spec.config, spec, self._sink)
-        self.stream = _metrics.MetricStream(self._sink).start()
+        self.stream = _metrics.MetricStream(self._sink, min_gap=self.settings.poll_gap_s).start()
         threading.Thread(target=self._watch_fit, name="raynb-fit-watch", daemon=True).start()
 
     @classmethod
@@ -275,7 +275,7 @@ class Run:
         run.started_at, run.status = info["started"], "running"
         run._launcher, run._sink, run._registry = launcher, sink, reg
         run._keep_records = False
-        run.stream = _metrics.MetricStream(sink).start()
+        run.stream = _metrics.MetricStream(sink, min_gap=settings.poll_gap_s).start()
         threading.Thread(target=run._watch_fit, name="raynb-fit-watch", daemon=True).start()
         return run
 
@@ -312,7 +312,7 @@ class Run:
         """Wait for the end, redrawing at most ``refresh_hz`` times a second; an interrupt aborts the run (or, with
         ``stop_on_interrupt=False``, ends only the waiting: a run this kernel attached to goes on). Returns False,
         the run going on, when ``until()`` says to stop waiting (Detach)."""
-        period = 1.0 / max(self.settings.refresh_hz, 0.5)
+        period = self.settings.poll_gap_s
         previous = signal.getsignal(signal.SIGINT)
         in_main = threading.current_thread() is threading.main_thread()
         if in_main and previous is not signal.default_int_handler:

@@ -107,6 +107,11 @@ class Settings:
     )
     kube_start_timeout_s: float = option(900.0, "seconds `up` waits for a Kubernetes RayCluster")
 
+    @property
+    def poll_gap_s(self) -> float:
+        """The notebook asks for a run's picture at most this often: the live view cannot draw it any sooner."""
+        return 1.0 / max(self.refresh_hz, 0.5)
+
 
 _HINTS = get_type_hints(Settings)
 FIELDS = {f.name: f for f in fields(Settings)}
