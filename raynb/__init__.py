@@ -4,7 +4,8 @@
 ``raynb.up(local=True)`` (or ``raynb.up(values="manifests/values.env")`` for the DLC RayCluster on Kubernetes),
 ``raynb.train(fn, workers=2)``, ``raynb.report(loss=...)``, ``raynb.doctor()``, ``raynb.clusters()``, ``raynb.down()``;
 runs on the cluster: ``raynb.runs()``, ``raynb.attach(name)``, ``raynb.stop_run(name)``, ``raynb.remove_run(name)``,
-``raynb.run_logs(name)``; a worker group that stays across cells: ``raynb.warm(workers=2)``.
+``raynb.run_logs(name)``; a worker group that stays across cells: ``raynb.warm(workers=2)``; MFU's arithmetic:
+``raynb.flops_per_token(model, seq_len)``.
 
 Everything in ``__all__`` is the public API; modules with a leading underscore are the implementation. Heavy parts
 (IPython, pandas, plotly, Ray Train) load on first use, so workers import raynb cheaply.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._flops import flops_per_token
 from ._metrics import report
 from ._worker_env import TCP_ENV
 from .errors import (
@@ -70,6 +72,7 @@ __all__ = [
     "RunError",
     "Settings",
     "TCP_ENV",
+    "flops_per_token",
     # checks
     "doctor",
     "Checklist",

@@ -16,10 +16,13 @@ LOOP = "import raynb, time\nfor i in range({n}):\n    time.sleep({dt})\n    rayn
 
 
 def _value(kc, expr: str) -> str:
-    """What the cell printed (a background run's view updates may be filed under any later cell: left out)."""
-    out = run(kc, f"print(repr({expr}))", timeout=60)
+    """What the cell printed (a background run's view updates may be filed under any later cell: left out; so may
+    the lines its workers print, which Ray forwards to whichever cell is running: only the marked line counts)."""
+    out = run(kc, f"print('=value=', repr({expr}))", timeout=60)
     assert not errors(out), text(out)
-    return _printed(out).strip()
+    marked = [ln for ln in _printed(out).splitlines() if ln.startswith("=value= ")]
+    assert len(marked) == 1, _printed(out)
+    return marked[0][len("=value= ") :]
 
 
 def _printed(msgs: list[dict]) -> str:

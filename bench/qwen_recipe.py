@@ -1,0 +1,154 @@
+"""The Qwen notebook's training recipe on one GPU, bare PyTorch (no Ray, no raynb run): its loss head as
+Transformers computes it (full [batch, seq, vocab] logits) against Liger's fused linear cross-entropy, in one
+invocation; prints JSON.
+
+  python bench/qwen_recipe.py [--notebook PATH] [--steps 30] [--out bench/results/NAME.json]
+
+Each variant runs in a process of its own (Liger patches Transformers' Qwen2 module), through the notebook's own
+helpers (``build_training`` / ``train_steps``, tag "helpers") with ``config["loss_head"]`` set; the order brackets the
+new recipe between two runs of the old one (default ``transformers,liger,transformers``; ``--order`` may add
+``liger-kernels``: Liger's RMSNorm, SwiGLU and RoPE too), so a drift of the machine shows. With a Liger head the
+decoder stack is compiled and the loss head runs as Liger's own Triton kernels (compiling through them crashed:
+an illegal memory access in inductor's autotuning, torch 2.11). Same config as the notebook on one H200: random weights from Qwen2.5-1.5B's config, bf16,
+torch.compile, batch 8 x 2048. ``same_batch_loss``: the loss of one batch under each head, same weights, no step
+taken. MFU = tokens/s x (6 N + 12 L d s) / the GPU's dense bf16 peak, the formula of bench/qwen_speed.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from machine import machine  # noqa: E402 - bench/machine.py, beside this script
+
+DENSE_BF16_PEAK = {"H200": 989.4e12, "H100": 989.4e12, "L4": 121e12}
+CONFIG = {
+    "gpu": True,
+    "model_id": "Qwen/Qwen2.5-1.5B",
+    "pretrained": False,
+    "tiny": False,
+    "dataset": None,
+    "seq_len": 2048,
+    "batch": 8,
+    "warmup": 10,
+    "lr": 1e-5,
+    "compile": True,
+}
+
+
+def helpers(notebook: Path) -> dict[str, Any]:
+    nb = json.loads(notebook.read_text())
+    src = "\n\n".join("".join(c["source"]) for c in nb["cells"] if "helpers" in c.get("metadata", {}).get("tags", []))
+    ns: dict[str, Any] = {"__name__": "__main__"}
+    exec(compile(src, "<qwen-notebook-helpers>", "exec"), ns)
+    return ns
+
+
+def _dist() -> None:
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", "29517")
+        dist.init_process_group("nccl", rank=0, world_size=1)
+
+
+def one(variant: str, notebook: Path, steps: int) -> dict[str, Any]:
+    import torch
+
+    _dist()
+    ns = helpers(notebook)
+    cfg = {**CONFIG, "loss_head": variant, "steps": steps}
+    t = ns["build_training"](cfg)
+    timing = ns["train_steps"](t, cfg, steps)
+    layers, hidden = t.model.config.num_hidden_layers, t.model.config.hidden_size
+    flops_per_token = 6 * timing["params"] + 12 * layers * hidden * cfg["seq_len"]
+    name = torch.cuda.get_device_name()
+    peak = next((v for k, v in DENSE_BF16_PEAK.items() if k in name), None)
+    return {
+        "variant": variant,
+        "tokens_per_s": timing["tokens_per_s"],
+        "mfu": timing["tokens_per_s"] * flops_per_token / peak if peak else None,
+        "peak_mem_gb": timing["peak_mem_gb"],
+        "first_step_s": timing["first_step_s"],
+        "steps_timed": steps - cfg["warmup"],
+        "gpu": name,
+    }
+
+
+def same_batch_loss(notebook: Path) -> dict[str, Any]:
+    """One batch, the same random weights, no step: the loss under each head (uncompiled)."""
+    import torch
+
+    _dist()
+    ns = helpers(notebook)
+    out = {}
+    for variant in ("transformers", "liger", "liger-kernels"):  # each patches more: transformers' must come first
+        cfg = {**CONFIG, "loss_head": variant, "compile": False, "steps": 1}
+        t = ns["build_training"](cfg)
+        ids = next(t.data).to(t.device)
+        with torch.no_grad():
+            out[variant] = t.model(input_ids=ids, labels=ids).loss.float().item()
+        del t
+        torch.cuda.empty_cache()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--notebook", default=str(ROOT / "notebooks" / "qwen25_finetune_eks.ipynb"))
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--order", default="transformers,liger,transformers", help="variants, in the order run")
+    ap.add_argument("--out")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    nb = Path(args.notebook)
+    if args.child:
+        res = same_batch_loss(nb) if args.child == "loss" else one(args.child, nb, args.steps)
+        print("RESULT " + json.dumps(res), flush=True)
+        return
+
+    def child(what: str) -> dict[str, Any]:
+        t0 = time.time()
+        p = subprocess.run(
+            [sys.executable, __file__, "--notebook", str(nb), "--steps", str(args.steps), "--child", what],
+            capture_output=True,
+            text=True,
+        )
+        lines = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
+        if not lines:  # recorded, not fatal: the other variants still run
+            sys.stderr.write(p.stdout[-3000:] + p.stderr[-6000:])
+            return {"variant": what, "error": (p.stderr.strip().splitlines() or ["?"])[-1][:500], "tokens_per_s": None}
+        print(f"{what}: {lines[0][7:]} ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
+        return json.loads(lines[0][7:])
+
+    runs = [child(v) for v in args.order.split(",")]
+    base = [r["tokens_per_s"] for r in runs if r["variant"] == "transformers" and r["tokens_per_s"]]
+    out = {
+        "config": {**CONFIG, "steps": args.steps},
+        "order": [r["variant"] for r in runs],
+        "runs": runs,
+        "same_batch_loss": child("loss"),
+        "tokens_per_s_over_transformers_mean": {
+            r["variant"]: r["tokens_per_s"] / (sum(base) / len(base))
+            for r in runs
+            if r["variant"] != "transformers" and r["tokens_per_s"] and base
+        },
+        "machine": machine(),
+    }
+    text = json.dumps(out, indent=1)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
