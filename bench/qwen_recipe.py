@@ -66,7 +66,8 @@ def one(variant: str, notebook: Path, steps: int) -> dict[str, Any]:
 
     _dist()
     ns = helpers(notebook)
-    cfg = {**CONFIG, "loss_head": variant, "steps": steps}
+    head, _, batch = variant.partition("@")  # "liger@16": that head at batch 16
+    cfg = {**CONFIG, "loss_head": head, "steps": steps, **({"batch": int(batch)} if batch else {})}
     t = ns["build_training"](cfg)
     timing = ns["train_steps"](t, cfg, steps)
     layers, hidden = t.model.config.num_hidden_layers, t.model.config.hidden_size
@@ -75,6 +76,7 @@ def one(variant: str, notebook: Path, steps: int) -> dict[str, Any]:
     peak = next((v for k, v in DENSE_BF16_PEAK.items() if k in name), None)
     return {
         "variant": variant,
+        "batch": cfg["batch"],
         "tokens_per_s": timing["tokens_per_s"],
         "mfu": timing["tokens_per_s"] * flops_per_token / peak if peak else None,
         "peak_mem_gb": timing["peak_mem_gb"],
@@ -107,6 +109,7 @@ def main() -> None:
     ap.add_argument("--notebook", default=str(ROOT / "notebooks" / "qwen25_finetune_eks.ipynb"))
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--order", default="transformers,liger,transformers", help="variants, in the order run")
+    ap.add_argument("--no-loss", action="store_true", help="skip the same-batch loss comparison")
     ap.add_argument("--out")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -131,16 +134,17 @@ def main() -> None:
         return json.loads(lines[0][7:])
 
     runs = [child(v) for v in args.order.split(",")]
-    base = [r["tokens_per_s"] for r in runs if r["variant"] == "transformers" and r["tokens_per_s"]]
+    base_variant = runs[0]["variant"]  # the ratios are against the first variant (and its repeats)
+    base = [r["tokens_per_s"] for r in runs if r["variant"] == base_variant and r["tokens_per_s"]]
     out = {
         "config": {**CONFIG, "steps": args.steps},
         "order": [r["variant"] for r in runs],
         "runs": runs,
-        "same_batch_loss": child("loss"),
-        "tokens_per_s_over_transformers_mean": {
+        "same_batch_loss": child("loss") if not args.no_loss else None,
+        "tokens_per_s_over_first_variant_mean": {
             r["variant"]: r["tokens_per_s"] / (sum(base) / len(base))
             for r in runs
-            if r["variant"] != "transformers" and r["tokens_per_s"] and base
+            if r["variant"] != base_variant and r["tokens_per_s"] and base
         },
         "machine": machine(),
     }
