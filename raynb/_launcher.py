@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from . import _metrics, _session
-from ._detached import NAMESPACE, exit_unless_claimed, yield_cpu_to_training
+from ._detached import NAMESPACE, exit_unless_claimed
 from ._run_registry import registry
 from ._settings import Settings
 from ._worker_env import launcher_env
@@ -34,7 +34,6 @@ class Launcher:
     def __init__(self, ttl_s: float = SPARE_TTL_S) -> None:
         self._claimed = threading.Event()
         exit_unless_claimed(self._claimed, ttl_s)
-        yield_cpu_to_training()  # it only waits on fit(); Train's controller and workers are processes of their own
 
     def claim(self) -> bool:
         self._claimed.set()

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from . import _session
-from ._detached import NAMESPACE, on_head, yield_cpu_to_training
+from ._detached import NAMESPACE, on_head
 from .errors import UsageError
 
 __all__ = ["RunRegistry", "registry", "find_registry", "free_name", "KEEP_FINISHED", "NAME", "ACTIVE"]
@@ -35,7 +35,6 @@ class RunRegistry:
         self._runs: dict[str, dict[str, Any]] = {}
         self._handles: dict[str, tuple[Any, Any]] = {}
         self._changed: dict[str, asyncio.Event] = {}
-        yield_cpu_to_training()
 
     async def register(self, name: str, info: dict[str, Any], launcher: Any, sink: Any) -> dict[str, Any] | None:
         """Record a new run; returns the existing run's info instead if a run of that name is going on. A finished
