@@ -20,14 +20,15 @@ __all__ = ["flops_per_token", "dense_bf16_peak", "mfu", "DENSE_BF16_PEAK"]
 #: Dense (no sparsity) bf16 tensor-core peak, FLOP/s, by a substring of the device name NVML / CUDA reports.
 #: Sources: NVIDIA H100 datasheet (SXM 989.4 TFLOPS, PCIe 756 TFLOPS: the sheet's sparsity figures halved), H200
 #: datasheet (989.4, same SXM tensor cores), A100 datasheet (312), L4 datasheet (121, half of 242 with sparsity),
-#: L40S datasheet (362.05, half of 733), A10G (AWS g5; NVIDIA A10 datasheet 125). Checked 2026-12-03. Longer names
-#: first: "H100 PCIe" must win over "H100".
+#: L40S datasheet (362.05, half of 733), L40 datasheet (181.05, half of 362), A10G (AWS g5; NVIDIA A10 datasheet 125). Checked 2026-12-03. Longer names
+#: first: "H100 PCIe" must win over "H100", "L40S" and "L40" over "L4".
 DENSE_BF16_PEAK: dict[str, float] = {
     "H100 PCIe": 756e12,
     "H100": 989.4e12,
     "H200": 989.4e12,
     "A100": 312e12,
     "L40S": 362.05e12,
+    "L40": 181.05e12,
     "L4": 121e12,
     "A10G": 125e12,
 }

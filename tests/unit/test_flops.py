@@ -41,6 +41,6 @@ def test_a_plain_module_counts_its_parameters_only() -> None:
 def test_peaks_by_device_name() -> None:
     assert dense_bf16_peak("NVIDIA H100 PCIe") == 756e12  # the longer name wins over "H100"
     assert dense_bf16_peak("NVIDIA H100 80GB HBM3") == 989.4e12
-    assert dense_bf16_peak("NVIDIA L4") == 121e12
+    assert dense_bf16_peak("NVIDIA L4") == 121e12 and dense_bf16_peak("NVIDIA L40") == 181.05e12
     assert dense_bf16_peak("Tesla T4") is None
     assert mfu(1000.0, 1e9, None) is None and mfu(0.0, 1e9, 1e15) is None
