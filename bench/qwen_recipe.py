@@ -9,9 +9,10 @@ helpers (``build_training`` / ``train_steps``, tag "helpers") with ``config["los
 new recipe between two runs of the old one (default ``transformers,liger,transformers``; ``--order`` may add
 ``liger-kernels``: Liger's RMSNorm, SwiGLU and RoPE too), so a drift of the machine shows. With a Liger head the
 decoder stack is compiled and the loss head runs as Liger's own Triton kernels (compiling through them crashed:
-an illegal memory access in inductor's autotuning, torch 2.11). Same config as the notebook on one H200: random weights from Qwen2.5-1.5B's config, bf16,
-torch.compile, batch 8 x 2048. ``same_batch_loss``: the loss of one batch under each head, same weights, no step
-taken. MFU = tokens/s x (6 N + 12 L d s) / the GPU's dense bf16 peak, the formula of bench/qwen_speed.py.
+an illegal memory access in inductor's autotuning, torch 2.11). Same config as the notebook on one H200: random
+weights from Qwen2.5-1.5B's config, bf16, torch.compile, batch 8 x 2048. ``same_batch_loss``: the loss of one batch under each head, same weights, no step
+taken. MFU = tokens/s x (6 N + 12 L d s) / the GPU's dense bf16 peak, raynb's own arithmetic
+(``raynb/_flops.py``).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from machine import machine  # noqa: E402 - bench/machine.py, beside this script
 
-DENSE_BF16_PEAK = {"H200": 989.4e12, "H100": 989.4e12, "L4": 121e12}
+from raynb._flops import dense_bf16_peak, flops_per_token, mfu  # noqa: E402 - pure arithmetic, no Ray needed
+
 CONFIG = {
     "gpu": True,
     "model_id": "Qwen/Qwen2.5-1.5B",
@@ -70,15 +72,12 @@ def one(variant: str, notebook: Path, steps: int) -> dict[str, Any]:
     cfg = {**CONFIG, "loss_head": head, "steps": steps, **({"batch": int(batch)} if batch else {})}
     t = ns["build_training"](cfg)
     timing = ns["train_steps"](t, cfg, steps)
-    layers, hidden = t.model.config.num_hidden_layers, t.model.config.hidden_size
-    flops_per_token = 6 * timing["params"] + 12 * layers * hidden * cfg["seq_len"]
     name = torch.cuda.get_device_name()
-    peak = next((v for k, v in DENSE_BF16_PEAK.items() if k in name), None)
     return {
         "variant": variant,
         "batch": cfg["batch"],
         "tokens_per_s": timing["tokens_per_s"],
-        "mfu": timing["tokens_per_s"] * flops_per_token / peak if peak else None,
+        "mfu": mfu(timing["tokens_per_s"], flops_per_token(t.model, cfg["seq_len"]), dense_bf16_peak(name)),
         "peak_mem_gb": timing["peak_mem_gb"],
         "first_step_s": timing["first_step_s"],
         "steps_timed": steps - cfg["warmup"],

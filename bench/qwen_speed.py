@@ -33,8 +33,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from machine import machine  # noqa: E402 - bench/machine.py, beside this script
 
+from raynb._flops import dense_bf16_peak, mfu, transformer_flops_per_token  # noqa: E402 - pure arithmetic
+
 NOTEBOOK = ROOT / "notebooks" / "qwen25_finetune_eks.ipynb"
-DENSE_BF16_PEAK = {"H200": 989.4e12, "H100": 989.4e12, "L4": 121e12}
 
 
 def notebook_cells() -> tuple[str, str]:
@@ -203,16 +204,14 @@ def one_run(mode: str, cfg: dict[str, Any], args: Any, env: dict[str, str], timi
     }
     if gpu:
         name = torch.cuda.get_device_name(0)
-        peak = next((v for k, v in DENSE_BF16_PEAK.items() if k in name), None)
-        layers, hidden = 28, 1536
-        flops_per_token = 6 * t["params"] + 12 * layers * hidden * args.seq
+        flops_per_token = transformer_flops_per_token(t["params"], 28, 1536, args.seq)  # Qwen2.5-1.5B: L, d
         per_gpu = t["tokens_per_s"] / args.workers
         mm = matmul_tflops()
         out.update(
             gpu_name=name,
             tokens_per_s_per_gpu=per_gpu,
             flops_per_token=flops_per_token,
-            mfu_vs_dense_peak=per_gpu * flops_per_token / peak if peak else None,
+            mfu_vs_dense_peak=mfu(per_gpu, flops_per_token, dense_bf16_peak(name)),
             measured_matmul_tflops=mm,
             mfu_vs_measured_matmul=per_gpu * flops_per_token / (mm * 1e12),
         )

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["flops_per_token", "dense_bf16_peak", "mfu", "DENSE_BF16_PEAK"]
+__all__ = ["flops_per_token", "transformer_flops_per_token", "dense_bf16_peak", "mfu", "DENSE_BF16_PEAK"]
 
 #: Dense (no sparsity) bf16 tensor-core peak, FLOP/s, by a substring of the device name NVML / CUDA reports.
 #: Sources: NVIDIA H100 datasheet (SXM 989.4 TFLOPS, PCIe 756 TFLOPS: the sheet's sparsity figures halved), H200
 #: datasheet (989.4, same SXM tensor cores), A100 datasheet (312), L4 datasheet (121, half of 242 with sparsity),
-#: L40S datasheet (362.05, half of 733), L40 datasheet (181.05, half of 362), A10G (AWS g5; NVIDIA A10 datasheet 125). Checked 2026-12-03. Longer names
-#: first: "H100 PCIe" must win over "H100", "L40S" and "L40" over "L4".
+#: L40S datasheet (362.05, half of 733), L40 datasheet (181.05, half of 362), A10G (AWS g5; NVIDIA A10 datasheet
+#: 125). Checked 2026-12-03. Longer names first: "H100 PCIe" must win over "H100", "L40S" and "L40" over "L4".
 DENSE_BF16_PEAK: dict[str, float] = {
     "H100 PCIe": 756e12,
     "H100": 989.4e12,
@@ -38,11 +38,14 @@ def flops_per_token(model: Any, seq_len: int) -> float:
     """``6 N + 12 L d s`` for a PyTorch module (``N``: its parameters, each counted once) or a Transformers model
     (``L``, ``d`` from its config: ``num_hidden_layers``, ``hidden_size``); a plain module without such a config
     counts ``6 N`` only."""
-    params = {id(p): p.numel() for p in model.parameters()}  # tied weights once
-    n = sum(params.values())
+    n = sum(p.numel() for p in model.parameters())  # parameters() yields a tied weight once
     cfg = getattr(model, "config", None)
-    layers, width = getattr(cfg, "num_hidden_layers", 0), getattr(cfg, "hidden_size", 0)
-    return 6.0 * n + 12.0 * layers * width * seq_len
+    return transformer_flops_per_token(n, getattr(cfg, "num_hidden_layers", 0), getattr(cfg, "hidden_size", 0), seq_len)
+
+
+def transformer_flops_per_token(params: int, layers: int, width: int, seq_len: int) -> float:
+    """``6 N + 12 L d s`` from the numbers alone (where the model itself is in another process)."""
+    return 6.0 * params + 12.0 * layers * width * seq_len
 
 
 def dense_bf16_peak(device_name: str) -> float | None:
