@@ -15,7 +15,6 @@ Prints JSON; quote the ratio and the absolute time with the machine.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -23,7 +22,7 @@ from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import ray
-from machine import machine  # bench/machine.py, beside this script
+from machine import emit  # bench/machine.py, beside this script
 
 import raynb
 from raynb import _metrics as metrics
@@ -99,10 +98,7 @@ def main() -> None:
         "target_s": 2.0,
     }
     ray.get(reg.remove.remote(name))
-    out["machine"] = machine()
-    print(json.dumps(out, indent=1))
-    if args.out:
-        Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    emit(out, args.out)
     raynb.down(force=True)
 
 

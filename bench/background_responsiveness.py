@@ -11,7 +11,6 @@ every 100 ms. Target: p95 round trip <= 100 ms during the run. Prints JSON; quot
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -20,7 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from machine import machine  # noqa: E402 - bench/machine.py, beside this script
+from machine import emit  # noqa: E402 - bench/machine.py, beside this script
 
 from tests.notebook.kernels import errors, kernel, run, text  # noqa: E402
 
@@ -84,10 +83,7 @@ def main() -> None:
         "ratio_p95_during_over_idle": round(pct(busy, 95) / pct(idle, 95), 2),
         "target_p95_ms": 100,
     }
-    out["machine"] = machine()
-    print(json.dumps(out, indent=1))
-    if args.out:
-        Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    emit(out, args.out)
 
 
 if __name__ == "__main__":

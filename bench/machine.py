@@ -1,17 +1,20 @@
 """What a benchmark ran on, recorded by the benchmark itself (a record in bench/results/ is what a script wrote):
-cores, memory, CPU model, load when it started, GPUs, and the versions that matter."""
+cores, memory, CPU model, load when it started, GPUs, and the versions that matter; and ``emit``, which stamps a
+record with it, prints it and writes it where the benchmark was told to."""
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import shutil
 import subprocess
 import sys
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from typing import Any
 
-__all__ = ["machine"]
+__all__ = ["machine", "emit"]
 
 #: the load when the benchmark started (this module is imported at its start): a busy machine shows here
 _LOAD_AT_START = os.getloadavg() if hasattr(os, "getloadavg") else None
@@ -67,6 +70,15 @@ def machine() -> dict[str, Any]:
         "torch": _version("torch"),
         "platform": f"{sys.platform}-{platform.machine()}",
     }
+
+
+def emit(record: dict[str, Any], path: str | None = None) -> None:
+    """Add ``machine`` to the record, print it as JSON and, given ``path``, write those same bytes there."""
+    record["machine"] = machine()
+    text = json.dumps(record, indent=1)
+    print(text)
+    if path:
+        Path(path).write_text(text + "\n")
 
 
 if __name__ == "__main__":

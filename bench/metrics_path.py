@@ -16,7 +16,6 @@ Numbers are machine-dependent: quote the ratios.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -25,7 +24,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import ray
-from machine import machine  # bench/machine.py, beside this script
+from machine import emit  # bench/machine.py, beside this script
 
 import raynb
 from raynb import _metrics as metrics
@@ -266,11 +265,7 @@ def main() -> None:
         "live_view_render_p95_ms": pct(render_ms, 95),
         "redraws": len(render_ms),
     }
-    out["machine"] = machine()
-    text = json.dumps(out, indent=1)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    emit(out, args.out)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from machine import machine  # noqa: E402 - bench/machine.py, beside this script
+from machine import emit  # noqa: E402 - bench/machine.py, beside this script
 
 from raynb._flops import dense_bf16_peak, flops_per_token, mfu  # noqa: E402 - pure arithmetic, no Ray needed
 
@@ -145,12 +145,8 @@ def main() -> None:
             for r in runs
             if r["variant"] != base_variant and r["tokens_per_s"] and base
         },
-        "machine": machine(),
     }
-    text = json.dumps(out, indent=1)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    emit(out, args.out)
 
 
 if __name__ == "__main__":

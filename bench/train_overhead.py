@@ -15,7 +15,6 @@ raynb's run reports loss and samples every step (what a user does); the bare run
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -24,7 +23,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import ray
-from machine import machine  # bench/machine.py, beside this script
+from machine import emit  # bench/machine.py, beside this script
 
 import raynb
 
@@ -197,11 +196,7 @@ def main() -> None:
         "steps_per_s_ratio_spread": [min(ratios), max(ratios)],
         "steps_per_s_verdict": _verdict(ratios, lambda r: r >= 0.98),
     }
-    out["machine"] = machine()
-    text = json.dumps(out, indent=1)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    emit(out, args.out)
 
 
 if __name__ == "__main__":

@@ -11,14 +11,13 @@ counted) runs ``--warm-cells`` cells whose first line notes the time on each ran
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from machine import machine  # bench/machine.py, beside this script
+from machine import emit  # bench/machine.py, beside this script
 
 import raynb
 
@@ -71,10 +70,7 @@ def main() -> None:
         "ratio_cold_over_warm_p50": round(statistics.median(cold) / statistics.median(warm), 1),
         "target": {"warm_p50_s": 0.5, "warm_p95_s": 1.0},
     }
-    out["machine"] = machine()
-    print(json.dumps(out, indent=1))
-    if args.out:
-        Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    emit(out, args.out)
     raynb.down(force=True)
 
 
