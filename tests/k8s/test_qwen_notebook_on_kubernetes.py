@@ -1,6 +1,9 @@
 """The Qwen2.5 notebook top to bottom on its EKS path (CLUSTER="eks"): `raynb.up(values=...)` against the real control
 plane and KubeRay, doctor with the NVIDIA and EFA device plugins running as real DaemonSets on the kwok GPU nodes, a
-tiny Qwen2 trained through the port-forward, the EFA-vs-TCP cells, and `%raycluster down`.
+tiny Qwen2 trained through the port-forward, the warm cells, and `%raycluster down`. The EFA-vs-TCP section
+(COMPARE_TCP: the probe's two runs and the TCP rerun) runs on the embedded path only (tests/notebook/
+test_qwen_notebook.py): past the connection it makes the same Ray Client calls, and its three cold worker groups
+cost this test about two minutes.
 
 Modelled: the head pod is a local Ray head (CPU workers, gloo), so no EFA and no L4s — the values file keeps the
 sample's g6.12xlarge with EFA, which is what doctor checks."""
@@ -59,7 +62,7 @@ def test_qwen_notebook_on_the_kubernetes_path(head_behind_pods, clean, tmp_path:
         "WARMUP": 5,
         "LR": 3e-3,
         "COMPILE": False,
-        "PROBE_SIZES": [1 << 18, 1 << 20],
+        "COMPARE_TCP": False,
     }
     try:
         summary = execute(NOTEBOOK, out, params, cwd=NOTEBOOK.parent)
@@ -68,6 +71,7 @@ def test_qwen_notebook_on_the_kubernetes_path(head_behind_pods, clean, tmp_path:
             delete(clean, "apps/v1", "DaemonSet", p, "kube-system")
     assert summary.errors == []
     main = next(r for r in summary.runs if r["name"].startswith("raytrain-"))
+    assert not any(r["name"].startswith(("raynb-bench", "qwen-tcp")) for r in summary.runs), summary.runs
     assert main["status"] == "succeeded" and main["step"] == 60
     cells = nbformat.read(out, as_version=4).cells
     text = "\n".join(json.dumps(c.get("outputs", []), ensure_ascii=False) for c in cells)
