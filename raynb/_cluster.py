@@ -265,6 +265,7 @@ def up(
     *,
     values: str | Mapping[str, str] | None = None,
     set: Mapping[str, Any] | None = None,  # the name the magic's --set maps to
+    template: str | None = None,
     context: str | None = None,
     namespace: str | None = None,
     kubeconfig: str | None = None,
@@ -287,14 +288,14 @@ def up(
     ``raynb.up(values="manifests/values.env", set={"GPU_NODE_COUNT": 2})`` (or ``local=False`` for the default values
     file) renders the DLC RayCluster, applies it with server-side apply, waits for it with diagnostics, port-forwards
     its head to 127.0.0.1 and connects. Re-running with the same spec reuses the cluster; a different spec is reported
-    (``recreate=True`` replaces it).
+    (``recreate=True`` replaces it). ``template=FILE`` renders a RayCluster template of your own with the same values
+    (for what the values file has no knob for).
     """
-    kube_args = (
-        values is not None or set is not None or context is not None or namespace is not None or kubeconfig is not None
-    )
+    kube_args = any(a is not None for a in (values, set, template, context, namespace, kubeconfig))
     if local and kube_args:
         raise UsageError(
-            "up(local=True) starts the embedded cluster; values/set/context/namespace/kubeconfig are for Kubernetes.",
+            "up(local=True) starts the embedded cluster; values/set/template/context/namespace/kubeconfig are for "
+            "Kubernetes.",
             fix="drop local=True to create the RayCluster on Kubernetes",
         )
     say = progress or print
@@ -304,7 +305,14 @@ def up(
             {"kube_start_timeout_s": timeout, "kube_context": context, "kube_namespace": namespace}
         )
         backend = _kubernetes.up(
-            values, set or {}, kubeconfig=kubeconfig, recreate=recreate, connect=connect, settings=settings, say=say
+            values,
+            set or {},
+            template=template,
+            kubeconfig=kubeconfig,
+            recreate=recreate,
+            connect=connect,
+            settings=settings,
+            say=say,
         )
     else:
         settings = settings or resolve_settings(

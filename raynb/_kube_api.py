@@ -15,11 +15,12 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from ._kube_state import KubeStatus, RayClusterRef, conditions, node_row, pod_row, readiness
-from ._pod_diagnosis import Diagnosis, diagnose_pods, is_hopeless
+from ._pod_diagnosis import Diagnosis, Progress, diagnose_pods, is_hopeless, progress_of
 from .errors import ClusterStartError, KubeError
 from .manifest import head_image
 
@@ -36,6 +37,7 @@ __all__ = [
     "pods",
     "nodes",
     "daemonsets",
+    "resource_slices",
     "pod_logs",
     "kube_status",
     "FIELD_MANAGER",
@@ -289,16 +291,31 @@ def _events_by_pod(target: Target, namespace: str) -> dict[str, list[dict[str, A
     return out
 
 
-def diagnose(target: Target, ref: RayClusterRef) -> list[Diagnosis]:
-    return diagnose_pods(pods(target, ref), _events_by_pod(target, ref.namespace))
+def diagnose(target: Target, ref: RayClusterRef) -> tuple[list[Diagnosis], list[Progress]]:
+    """What keeps the pods from running, and what is under way for them (one read of pods and events)."""
+    pod_list, events = pods(target, ref), _events_by_pod(target, ref.namespace)
+    progress = [progress_of(p, events.get(p["metadata"]["name"], [])) for p in pod_list]
+    return diagnose_pods(pod_list, events), [p for p in progress if p is not None]
+
+
+#: How often a stage still under way is said again while `up` waits (a pull of a multi-GB image takes minutes).
+_REPEAT_S = 30.0
+#: How long a pod no node matches goes unmentioned: Karpenter batches pending pods for 1-10 s and the Cluster
+#: Autoscaler scans every 10 s, so the first FailedScheduling of a pool that scales from zero is routine.
+_AUTOSCALER_GRACE_S = 20.0
+_NO_MATCH = "didn't match Pod's node affinity/selector"
 
 
 def wait_ready(
     target: Target, ref: RayClusterRef, *, timeout: float, progress: Callable[[str], None] = print, poll: float = 1.0
 ) -> dict[str, Any]:
-    """Wait until the head and every worker are ready; explain pending pods as it goes; never wait forever."""
+    """Wait until the head and every worker are ready; say what is under way (a node provisioned, an image pulled)
+    and what is wrong (pending pods explained) as it goes. ``timeout`` is extended while a node is being provisioned
+    or an image pulled, up to three times ``timeout``: never forever."""
     t0 = time.monotonic()
     last_line, said, diags = "", set(), []
+    shown: dict[str, tuple[str, float]] = {}  # pod -> (what was said, when)
+    under_way: list[Progress] = []
     rc: dict[str, Any] | None = None
     while True:
         rc = get_raycluster(target, ref)
@@ -323,9 +340,17 @@ def wait_ready(
         if line != last_line:
             progress(f"[{elapsed:4.0f} s] {line}")
             last_line = line
-        diags = diagnose(target, ref)
+        diags, under_way = diagnose(target, ref)
+        now = datetime.now(timezone.utc)
+        for p in under_way:
+            said_before, at = shown.get(p.pod, ("", -_REPEAT_S))
+            if p.detail != said_before or elapsed - at >= _REPEAT_S:
+                progress(f"[{elapsed:4.0f} s] {p.line(now)}")
+                shown[p.pod] = (p.detail, elapsed)
         for d in diags:
             key = (d.pod, d.reason, d.message)
+            if elapsed < _AUTOSCALER_GRACE_S and d.reason == "Unschedulable" and _NO_MATCH in d.message:
+                continue  # an autoscaler may be about to add the node: said if it still holds after the grace
             if key not in said:
                 said.add(key)
                 progress(f"[{elapsed:4.0f} s] waiting: {d.line()}")
@@ -336,10 +361,12 @@ def wait_ready(
                 saw="\n".join(d.line() for d in hopeless),
                 fix="fix DLC_IMAGE (or the registry access), then `%raycluster down` and `%raycluster up`",
             )
-        if elapsed > timeout:
+        progressing = any(p.stage in ("provisioning", "pulling") for p in under_way)
+        if elapsed > timeout and not (progressing and elapsed < 3 * timeout):
+            waited_on = [p.line(now) for p in under_way]
             raise ClusterStartError(
-                f"The RayCluster {ref.namespace}/{ref.name} was not ready after {timeout:.0f} s ({line}).",
-                saw="\n".join(d.line() for d in diags)
+                f"The RayCluster {ref.namespace}/{ref.name} was not ready after {elapsed:.0f} s ({line}).",
+                saw="\n".join([d.line() for d in diags] + [f"still under way: {w}" for w in waited_on])
                 or "no pod reported a problem; the operator may be slow "
                 "(kubectl logs -n kuberay-operator deploy/kuberay-operator)",
                 fix="act on the reasons above; the RayCluster is left in place (`%raycluster status` to watch it, "
@@ -423,6 +450,23 @@ def daemonsets(target: Target) -> list[dict[str, Any]]:
 
     with api_call(target, "list", "daemonsets", None):
         return [_plain(target, d) for d in client.AppsV1Api(target.api).list_daemon_set_for_all_namespaces().items]
+
+
+def resource_slices(target: Target) -> list[dict[str, Any]] | None:
+    """DRA ResourceSlices (resource.k8s.io/v1, Kubernetes >= 1.34); None where the API or the permission is missing."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        answer = target.api.call_api(
+            "/apis/resource.k8s.io/v1/resourceslices",
+            "GET",
+            auth_settings=["BearerToken"],
+            response_type="object",
+            _return_http_data_only=True,
+        )
+    except (ApiException, OSError):
+        return None
+    return list((answer or {}).get("items", []))
 
 
 def pod_logs(target: Target, ref: RayClusterRef, which: str = "head", *, tail: int = 200) -> tuple[str, str]:

@@ -115,19 +115,23 @@ class KubernetesBackend:
 
 
 def _render(
-    values: str | Mapping[str, str] | None, overrides: Mapping[str, Any], namespace: str | None
+    values: str | Mapping[str, str] | None,
+    overrides: Mapping[str, Any],
+    namespace: str | None,
+    template: str | None = None,
 ) -> tuple[dict[str, Any], dict[str, str]]:
     vals = dict(values) if isinstance(values, Mapping) else manifest.load_values(values)
     ov = {k: str(v) for k, v in overrides.items()}
     if namespace:
         ov["NAMESPACE"] = namespace
-    return manifest.render(vals, ov), manifest.resolve_values(vals, ov)
+    return manifest.render(vals, ov, template=template), manifest.resolve_values(vals, ov)
 
 
 def up(
     values: str | Mapping[str, str] | None,
     overrides: Mapping[str, Any],
     *,
+    template: str | None = None,
     kubeconfig: str | None,
     recreate: bool,
     connect: bool,
@@ -135,7 +139,7 @@ def up(
     say: Say,
 ) -> KubernetesBackend:
     """Render, apply (or reuse) and wait for the RayCluster; what the user can fix is checked before versions."""
-    obj, vals = _render(values, overrides, settings.kube_namespace)
+    obj, vals = _render(values, overrides, settings.kube_namespace, template)
     ref = RayClusterRef(obj["metadata"]["name"], obj["metadata"]["namespace"])
     target = kube.connect_api(context=settings.kube_context, kubeconfig=kubeconfig)
     say(f"Kubernetes API: {target.where()}")

@@ -53,6 +53,7 @@ class RayNBMagics(Magics):
                 args.k8s
                 or args.values
                 or args.overrides
+                or args.template
                 or args.kube_context
                 or args.kube_namespace
                 or args.kubeconfig
@@ -76,6 +77,7 @@ class RayNBMagics(Magics):
                     local=False,
                     values=args.values,
                     set=parse_assignments(args.overrides, "%raycluster up: --set"),
+                    template=args.template,
                     kubeconfig=args.kubeconfig,
                     recreate=args.recreate,
                     connect=not args.no_connect,
@@ -110,7 +112,7 @@ class RayNBMagics(Magics):
             from .manifest import render_yaml
 
             overrides = parse_assignments(args.overrides, "%raycluster render: --set")
-            print(render_yaml(args.values, overrides), end="")
+            print(render_yaml(args.values, overrides, template=args.template), end="")
             return None
         cur = C.current()
         if cur is None:

@@ -42,6 +42,9 @@ MANIFESTS = Path(str(resources.files("raynb").joinpath("manifests")))
 _VAR = re.compile(r"\$\{([A-Z_][A-Z0-9_]*)\}|\$([A-Z_][A-Z0-9_]*)")
 #: Variables a preset supplies (unless given with --set).
 DERIVED = ("GPUS_PER_NODE", "EFA_PER_NODE", "WORKER_CPU", "WORKER_MEMORY")
+#: The taint of GPU node pools on EKS (AWS's Karpenter GPU NodePool guidance, EKS Auto Mode), tolerated by default.
+GPU_TAINT_TOLERATION = "{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}"
+_TOLERATION_KEYS = {"key", "operator", "value", "effect", "tolerationSeconds"}
 
 
 def load_values(path: str | Path | None = None) -> dict[str, str]:
@@ -131,6 +134,12 @@ def resolve_values(
 ) -> dict[str, str]:
     """Values file + overrides, with the instance preset's numbers for what the overrides do not set."""
     merged = {**(values if values is not None else load_values()), **(overrides or {})}
+    for group, legacy in (("SYSTEM", "system"), ("GPU", None)):
+        # values files from before the *_SELECTOR variables: their role label, and the GPU taint tolerated
+        if f"{group}_NODE_SELECTOR" not in merged:
+            role = merged.get(f"{group}_NODE_ROLE", legacy)
+            merged[f"{group}_NODE_SELECTOR"] = f"role: {role}" if role else ""
+        merged.setdefault(f"{group}_TOLERATIONS", GPU_TAINT_TOLERATION if group == "GPU" else "")
     presets = presets if presets is not None else load_presets()
     itype = merged.get("GPU_NODE_TYPE", "")
     preset = presets.get(itype)
@@ -183,6 +192,7 @@ def render(
             f"The rendered manifest is not valid YAML: {e}",
             fix="check values that contain ':' or '#', quote them in the values file",
         ) from None
+    _check_placement(obj)
     for group in obj["spec"]["workerGroupSpecs"]:
         for c in group["template"]["spec"]["containers"]:
             res = c.setdefault("resources", {})
@@ -199,14 +209,37 @@ def render(
     return obj
 
 
+def _check_placement(obj: Mapping[str, Any]) -> None:
+    """Node selectors are label -> string; tolerations are Kubernetes toleration objects: said before any API call."""
+    groups = [("SYSTEM", obj["spec"]["headGroupSpec"])] + [("GPU", g) for g in obj["spec"]["workerGroupSpecs"]]
+    for var, group in groups:
+        spec = group["template"]["spec"]
+        selector = spec.get("nodeSelector") or {}
+        bad = {k: v for k, v in selector.items() if not isinstance(v, str)} if isinstance(selector, dict) else selector
+        if bad:
+            raise ManifestError(
+                f"{var}_NODE_SELECTOR must give label values as text; it gives {bad!r}.",
+                fix=f"quote such values inside the value, e.g. {var}_NODE_SELECTOR='gpu: \"true\"'",
+            )
+        tolerations = spec.get("tolerations") or []
+        if not all(isinstance(t, dict) and t and set(t) <= _TOLERATION_KEYS for t in tolerations):
+            raise ManifestError(
+                f"{var}_TOLERATIONS is not a list of Kubernetes tolerations: {tolerations!r}.",
+                fix=f"write each as {{key: K, operator: Exists, effect: NoSchedule}}, comma-separated, e.g. "
+                f"{var}_TOLERATIONS='{GPU_TAINT_TOLERATION}'",
+            )
+
+
 def render_yaml(
     values: str | Path | Mapping[str, str] | None = None,
     set: Mapping[str, object] | None = None,  # the name the magic's --set maps to
+    *,
+    template: str | Path | None = None,
 ) -> str:
     """The twin of ``%raycluster render [--values F] [--set K=V ...]``: a values file (or a dict of values; default:
     the packaged values.env) and overrides -> the RayCluster YAML that ``kubectl apply --server-side -f -`` takes."""
     vals = dict(values) if isinstance(values, Mapping) else load_values(values)
-    return yaml.safe_dump(render(vals, {k: str(v) for k, v in (set or {}).items()}), sort_keys=False)
+    return yaml.safe_dump(render(vals, {k: str(v) for k, v in (set or {}).items()}, template=template), sort_keys=False)
 
 
 def head_image(rc: Mapping[str, Any]) -> str:
@@ -258,11 +291,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m raynb.manifest", description="Print the DLC RayCluster YAML.")
     ap.add_argument("--values", help="values file (default: manifests/values.env)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides")
+    ap.add_argument("--template", help="a RayCluster template of your own (default: manifests/raycluster.yaml)")
     args = ap.parse_args(argv)
     from ._settings import parse_assignments
 
     try:
-        sys.stdout.write(render_yaml(args.values, parse_assignments(args.overrides, "--set")))
+        sys.stdout.write(render_yaml(args.values, parse_assignments(args.overrides, "--set"), template=args.template))
     except RaynbError as e:
         print(e.message, file=sys.stderr)
         return 2

@@ -29,6 +29,9 @@ HERE = Path(__file__).resolve().parent
 ADMIN_TOKEN = "raynb-admin-token"
 VIEWER_TOKEN = "raynb-viewer-token"
 #: The AWS sample's nodes (one m7i.xlarge system node, 2 x g6.12xlarge): capacity as EC2 lists it, allocatable a little less as on EKS.
+#: The GPU nodes are a Karpenter GPU NodePool's (labels karpenter.sh/nodepool and karpenter.k8s.aws/*, no `role`
+#: label, tainted nvidia.com/gpu:NoSchedule as AWS's Karpenter GPU guidance and EKS Auto Mode do), so every test that
+#: schedules workers shows raynb's defaults placing pods on such a pool.
 NODES: list[dict[str, Any]] = [
     {
         "name": "system-0",
@@ -44,7 +47,8 @@ NODES: list[dict[str, Any]] = [
     {
         "name": "gpu-0",
         "type": "g6.12xlarge",
-        "role": "gpu-worker",
+        "role": None,
+        "nodepool": "gpu",
         "cpu": "48",
         "alloc_cpu": "47810m",
         "memory": "192Gi",
@@ -55,7 +59,8 @@ NODES: list[dict[str, Any]] = [
     {
         "name": "gpu-1",
         "type": "g6.12xlarge",
-        "role": "gpu-worker",
+        "role": None,
+        "nodepool": "gpu",
         "cpu": "48",
         "alloc_cpu": "47810m",
         "memory": "192Gi",
@@ -234,20 +239,30 @@ def _apply_yaml_docs(api: Any, docs: list[dict[str, Any]]) -> None:
 
 def node_object(n: dict[str, Any]) -> dict[str, Any]:
     extra = {"nvidia.com/gpu": str(n["gpu"]), "vpc.amazonaws.com/efa": str(n["efa"])} if n["gpu"] else {}
+    labels = {
+        "node.kubernetes.io/instance-type": n["type"],
+        "topology.kubernetes.io/zone": n.get("zone", "us-west-2a"),
+        "kubernetes.io/hostname": n["name"],
+        "type": "kwok",
+    }
+    if n.get("role"):
+        labels["role"] = n["role"]
+    if n.get("nodepool"):  # as Karpenter labels the nodes it launches
+        labels |= {
+            "karpenter.sh/nodepool": n["nodepool"],
+            "karpenter.sh/capacity-type": "on-demand",
+            "karpenter.k8s.aws/instance-gpu-count": str(n["gpu"]),
+        }
+    taints = [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}] if n["gpu"] else []
     return {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {
             "name": n["name"],
             "annotations": {"kwok.x-k8s.io/node": "fake"},
-            "labels": {
-                "role": n["role"],
-                "node.kubernetes.io/instance-type": n["type"],
-                "topology.kubernetes.io/zone": n.get("zone", "us-west-2a"),
-                "kubernetes.io/hostname": n["name"],
-                "type": "kwok",
-            },
+            "labels": labels,
         },
+        "spec": {"taints": taints},
         "status": {
             "capacity": {"cpu": n["cpu"], "memory": n["memory"], "pods": "110", **extra},
             "allocatable": {"cpu": n["alloc_cpu"], "memory": n["alloc_memory"], "pods": "110", **extra},

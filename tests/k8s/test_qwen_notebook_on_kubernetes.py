@@ -34,7 +34,8 @@ def _plugin(name: str) -> dict:
             "template": {
                 "metadata": {"labels": {"app": name}},
                 "spec": {
-                    "nodeSelector": {"role": "gpu-worker"},
+                    "nodeSelector": {"karpenter.sh/nodepool": "gpu"},
+                    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
                     "containers": [{"name": "plugin", "image": f"example.invalid/{name}:1"}],
                 },
             },

@@ -118,6 +118,7 @@ def test_doctor_passes_the_sample_cluster(sample: tuple[dict, dict]) -> None:
         "GPU nodes advertise EFA and GPUs": "ok",
         "EFA and NVIDIA device plugins ready": "ok",
         "GPU nodes in one availability zone": "ok",
+        "EFA security group admits itself": "n/a",  # not visible from Kubernetes: said, with how to check
         "NCCL/EFA variables on workers": "ok",
         "/dev/shm on workers": "ok",
         "notebook vs image versions": "ok",
@@ -134,7 +135,7 @@ def test_doctor_fails_each_silent_fallback_cause(sample: tuple[dict, dict]) -> N
         for ch in evaluate(
             rc,
             [_pod("a"), _pod("b")],
-            [_node("a", "4", "0"), _node("b", "4", "1", zone="us-west-2b")],
+            [_node("a", "4", "0"), _node("b", "4", "0", zone="us-west-2b")],
             [_ds("nvidia-device-plugin-daemonset", 2, 2)],
             vals,
             notebook_ray="2.58.0",
@@ -158,3 +159,146 @@ def test_doctor_on_an_instance_without_efa(sample: tuple[dict, dict]) -> None:
     }
     assert checks["EFA requested by worker pods"] == "n/a" and checks["NCCL/EFA variables on workers"] == "n/a"
     assert checks["GPU nodes advertise EFA and GPUs"] == "warn"  # nodes not listable: said, not guessed
+
+
+def test_doctor_reads_devices_from_the_nodes_not_daemonset_names(sample: tuple[dict, dict]) -> None:
+    """EKS Auto Mode and Bottlerocket run the device plugins on the node: no DaemonSet, yet the nodes advertise."""
+    rc, vals = sample
+    nodes = [_node("a", "4", "1"), _node("b", "4", "1")]
+    (plugins,) = [
+        c
+        for c in evaluate(rc, [_pod("a"), _pod("b")], nodes, [], vals, notebook_ray="2.58.0", notebook_python="3.11")
+        if c.name == "EFA and NVIDIA device plugins ready"
+    ]
+    assert plugins.state == "ok" and "the nodes run them" in plugins.detail, plugins
+
+
+def test_doctor_names_efa_offered_through_dra(sample: tuple[dict, dict]) -> None:
+    """EKS >= 1.34 steers new clusters to the EFA DRA driver: vpc.amazonaws.com/efa is then never advertised."""
+    rc, vals = sample
+    slices = [{"spec": {"driver": "efa.networking.k8s.aws", "nodeName": n, "devices": [{"name": "efa0"}]}} for n in "ab"]
+    checks = {
+        c.name: c
+        for c in evaluate(
+            rc,
+            [_pod("a"), _pod("b")],
+            [_node("a", "4", "0"), _node("b", "4", "0")],
+            [_ds("nvidia-device-plugin-daemonset", 2, 2)],
+            vals,
+            notebook_ray="2.58.0",
+            notebook_python="3.11",
+            resource_slices=slices,
+        )
+    }
+    plugins = checks["EFA and NVIDIA device plugins ready"]
+    assert plugins.state == "fail" and "offered through DRA (efa.networking.k8s.aws" in plugins.detail
+    assert "ResourceClaim" in plugins.fix and "aws-efa-k8s-device-plugin" in plugins.fix
+
+
+def test_doctor_before_a_gpu_node_exists(sample: tuple[dict, dict]) -> None:
+    """A pool that scales from zero has no GPU node yet: not a failure; the plugin DaemonSets speak for the plugins."""
+    rc, vals = sample
+    system = {"metadata": {"name": "s", "labels": {"node.kubernetes.io/instance-type": "m7i.xlarge"}}, "status": {}}
+    checks = {
+        c.name: c
+        for c in evaluate(
+            rc,
+            [],
+            [system],
+            [_ds("nvidia-device-plugin-daemonset", 0, 0), _ds("aws-efa-k8s-device-plugin-daemonset", 0, 0)],
+            vals,
+            notebook_ray="2.58.0",
+            notebook_python="3.11",
+        )
+    }
+    assert checks["GPU nodes advertise EFA and GPUs"].state == "n/a"
+    assert "scales from zero" in checks["GPU nodes advertise EFA and GPUs"].detail
+    assert checks["EFA and NVIDIA device plugins ready"].state == "ok", checks["EFA and NVIDIA device plugins ready"]
+
+
+# ---- what is under way while `up` waits: events as Karpenter, the Cluster Autoscaler and the kubelet write them ----
+
+DLC = "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"
+UNSCHEDULABLE = (
+    "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector. preemption: 0/1 nodes are "
+    "available: 1 Preemption is not helpful for scheduling."
+)
+
+
+def _pending(node: str | None = None, waiting: str | None = None) -> dict:
+    pod = {
+        "metadata": {"name": "w-1", "labels": {"ray.io/node-type": "worker"}},
+        "spec": {"nodeSelector": {"node.kubernetes.io/instance-type": "g6.12xlarge"}},
+        "status": {"phase": "Pending"},
+    }
+    if node:
+        pod["spec"]["nodeName"] = node
+    else:
+        pod["status"]["conditions"] = [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": UNSCHEDULABLE}
+        ]
+    if waiting:
+        pod["status"]["containerStatuses"] = [{"name": "ray-worker", "state": {"waiting": {"reason": waiting}}}]
+    return pod
+
+
+def _ev(reason: str, message: str, at: str, kind: str = "Normal") -> dict:
+    return {"reason": reason, "message": message, "type": kind, "lastTimestamp": f"2026-12-03T10:{at}Z"}
+
+
+def test_a_node_karpenter_is_launching_is_progress_not_a_selector_problem() -> None:
+    from datetime import datetime, timezone
+
+    from raynb._pod_diagnosis import diagnose_pod, progress_of
+
+    events = [
+        _ev("FailedScheduling", UNSCHEDULABLE, "00:00", "Warning"),
+        _ev("Nominated", "Pod should schedule on: nodeclaim/gpu-x7k2p", "00:02"),
+        _ev("FailedScheduling", UNSCHEDULABLE, "01:00", "Warning"),  # the scheduler's retry while the node boots
+    ]
+    p = progress_of(_pending(), events)
+    assert p is not None and p.stage == "provisioning"
+    now = datetime(2026, 12, 3, 10, 4, 12, tzinfo=timezone.utc)
+    assert p.line(now) == "w-1: Karpenter is launching a node for it (nodeclaim/gpu-x7k2p) for 4m10s"
+    assert diagnose_pod(_pending(), events) == []  # no "label the node group" advice for a node on its way
+    assert diagnose_pod(_pending(), events[:1])[0].reason == "Unschedulable"  # before the nomination: said
+
+
+def test_the_cluster_autoscaler_adding_a_node_and_refusing_to() -> None:
+    from raynb._pod_diagnosis import diagnose_pod, progress_of
+
+    up = _ev("TriggeredScaleUp", "pod triggered scale-up: [{eks-gpu-2a-5ec9 0->2 (max: 4)}]", "00:05")
+    p = progress_of(_pending(), [up])
+    assert p is not None and p.detail == "the Cluster Autoscaler is adding a node ({eks-gpu-2a-5ec9 0->2 (max: 4)})"
+    no = _ev(
+        "NotTriggerScaleUp",
+        "pod didn't trigger scale-up: 1 node(s) didn't match Pod's node affinity/selector, 1 max node group size reached",
+        "03:00",
+    )
+    assert progress_of(_pending(), [up, no]) is None  # the autoscaler gave up after: no longer under way
+    (_, refused) = diagnose_pod(_pending(), [up, no])
+    assert refused.reason == "NotTriggerScaleUp" and "GPU_NODE_SELECTOR" in refused.hint
+
+
+def test_an_image_pull_in_progress_and_done() -> None:
+    from raynb._pod_diagnosis import progress_of
+
+    pulling = _ev("Pulling", f'Pulling image "{DLC}"', "00:10")
+    p = progress_of(_pending("gpu-0", "ContainerCreating"), [pulling])
+    assert p is not None and p.stage == "pulling" and p.detail == f"pulling {DLC} on gpu-0"
+    pulled = _ev("Pulled", f'Successfully pulled image "{DLC}" in 3m2.4s (3m2.4s including waiting)', "03:12")
+    after = progress_of(_pending("gpu-0", "ContainerCreating"), [pulling, pulled])
+    assert after is not None and after.stage == "starting"
+    running = _pending("gpu-0")
+    running["status"]["containerStatuses"] = [{"name": "ray-worker", "state": {"running": {}}}]
+    assert progress_of(running, [pulling, pulled]) is None
+
+
+def test_the_taint_hint_names_the_value_to_set() -> None:
+    from raynb._pod_diagnosis import diagnose_pod
+
+    pod = _pending()
+    msg = "0/2 nodes are available: 2 node(s) had untolerated taint {nvidia.com/gpu: }. preemption: not helpful."
+    pod["status"]["conditions"][0]["message"] = msg
+    (d,) = diagnose_pod(pod)
+    assert "GPU_TOLERATIONS='{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}'" in d.hint, d.hint

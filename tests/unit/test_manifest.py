@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from raynb.manifest import MANIFESTS, ManifestError, load_values, render, validate
+from raynb.manifest import MANIFESTS, ManifestError, load_values, render, render_yaml, validate
 
 CRDS = Path(__file__).resolve().parents[1] / "fixtures" / "crds"  # vendored: see its README for source and licence
 CRD_FILES = sorted(CRDS.glob("ray.io_rayclusters.v*.yaml"))
@@ -138,3 +138,45 @@ def test_the_packaged_manifests_are_the_user_facing_ones() -> None:
     )
     for name in names:
         assert (MANIFESTS / name).read_bytes() == (top / name).read_bytes(), f"{name} differs: copy manifests/ over"
+
+
+def test_gpu_workers_tolerate_the_gpu_taint_and_select_by_instance_type() -> None:
+    """The defaults schedule on a Karpenter / EKS Auto Mode GPU pool: tainted nvidia.com/gpu:NoSchedule, no role label."""
+    spec = render()["spec"]["workerGroupSpecs"][0]["template"]["spec"]
+    assert spec["nodeSelector"] == {"node.kubernetes.io/instance-type": "g6.12xlarge"}
+    assert spec["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    moved = render(overrides={"GPU_NODE_TYPE": "p5.48xlarge", "GPU_NODE_SELECTOR": "karpenter.sh/nodepool: gpu"})
+    spec = moved["spec"]["workerGroupSpecs"][0]["template"]["spec"]
+    assert spec["nodeSelector"] == {"node.kubernetes.io/instance-type": "p5.48xlarge", "karpenter.sh/nodepool": "gpu"}
+    head = render(overrides={"SYSTEM_NODE_SELECTOR": "", "SYSTEM_TOLERATIONS": "{key: dedicated, operator: Exists}"})
+    assert head["spec"]["headGroupSpec"]["template"]["spec"]["nodeSelector"] == {}
+    assert head["spec"]["headGroupSpec"]["template"]["spec"]["tolerations"] == [{"key": "dedicated", "operator": "Exists"}]
+
+
+def test_a_values_file_from_before_the_selectors_keeps_its_role_labels(tmp_path: Path) -> None:
+    old = {k: v for k, v in load_values().items() if "SELECTOR" not in k and "TOLERATIONS" not in k}
+    obj = render({**old, "SYSTEM_NODE_ROLE": "system", "GPU_NODE_ROLE": "gpu-worker"})
+    assert obj["spec"]["headGroupSpec"]["template"]["spec"]["nodeSelector"] == {"role": "system"}
+    spec = obj["spec"]["workerGroupSpecs"][0]["template"]["spec"]
+    assert spec["nodeSelector"] == {"node.kubernetes.io/instance-type": "g6.12xlarge", "role": "gpu-worker"}
+    assert spec["tolerations"][0]["key"] == "nvidia.com/gpu"
+
+
+def test_placement_values_that_kubernetes_would_refuse_are_named() -> None:
+    with pytest.raises(ManifestError) as e:
+        render(overrides={"GPU_NODE_SELECTOR": "gpu: true"})
+    assert "GPU_NODE_SELECTOR" in e.value.message and "quote" in e.value.fix
+    with pytest.raises(ManifestError) as e:
+        render(overrides={"GPU_TOLERATIONS": "nvidia.com/gpu:NoSchedule"})
+    assert "GPU_TOLERATIONS" in e.value.message and "operator: Exists" in e.value.fix
+
+
+def test_a_template_of_your_own_gets_the_same_values(tmp_path: Path) -> None:
+    mine = tmp_path / "mine.yaml"
+    text = (MANIFESTS / "raycluster.yaml").read_text()
+    head = "        containers:\n          - name: ray-head"
+    assert head in text
+    mine.write_text(text.replace(head, "        priorityClassName: high\n" + head))
+    obj = yaml.safe_load(render_yaml(None, {"GPU_NODE_COUNT": 3}, template=mine))
+    assert obj["spec"]["headGroupSpec"]["template"]["spec"]["priorityClassName"] == "high"
+    assert obj["spec"]["workerGroupSpecs"][0]["replicas"] == 3

@@ -77,7 +77,7 @@ def test_each_option_is_declared_once_and_the_faces_agree() -> None:
     # --timeout sets start_timeout_s (embedded) or kube_start_timeout_s (Kubernetes), whichever `up` starts, and
     # --kubeconfig names the file as kubectl's flag does ($KUBECONFIG otherwise). A new flag is one or the other.
     not_settings = {"help", "command", "action", "which", "name", "out", "config", "datasets", "env", "background",
-                    "warm", "no_name_check", "force", "recreate", "no_connect", "local", "k8s", "values", "overrides",
+                    "warm", "no_name_check", "force", "recreate", "no_connect", "local", "k8s", "values", "template", "overrides",
                     "tail", "sizes", "compare_tcp", "timeout", "kubeconfig"}  # fmt: skip
     seen = set()
     for a in actions(train_parser()) + actions(cluster_parser()):
