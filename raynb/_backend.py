@@ -55,8 +55,8 @@ class Backend(Protocol):
 
     def logs(self, which: str, tail: int) -> str: ...
 
-    def down(self, say: Say) -> None:
-        """Stop the cluster and everything it started."""
+    def down(self, say: Say, *, force: bool = False) -> None:
+        """Stop the cluster and everything it started (``force``: also one that someone else owns)."""
         ...
 
     def disconnect(self) -> None:

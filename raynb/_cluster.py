@@ -209,7 +209,7 @@ class Cluster:
             )
         drop_spare()
         _session.disconnect()
-        self.backend.down(progress or print)
+        self.backend.down(progress or print, force=force)
         clear_current(self)
 
     def disconnect(self) -> None:
@@ -270,6 +270,7 @@ def up(
     namespace: str | None = None,
     kubeconfig: str | None = None,
     recreate: bool = False,
+    force: bool = False,
     connect: bool = True,
     num_cpus: int | None = None,
     num_gpus: int | None = None,
@@ -288,9 +289,8 @@ def up(
     ``raynb.up(values="manifests/values.env", set={"GPU_NODE_COUNT": 2})`` (or ``local=False`` for the default values
     file) renders the DLC RayCluster, applies it with server-side apply, waits for it with diagnostics, port-forwards
     its head to 127.0.0.1 and connects. Re-running with the same spec reuses the cluster; a different spec is reported
-    (``recreate=True`` replaces it). ``template=FILE`` renders a RayCluster template of your own with the same values
-    (for what the values file has no knob for).
-    """
+    (``recreate=True`` replaces it); someone else's (``raynb.io/owner``) is neither, unless ``force=True``.
+    ``template=FILE``: a RayCluster template of your own, rendered with the same values."""
     kube_args = any(a is not None for a in (values, set, template, context, namespace, kubeconfig))
     if local and kube_args:
         raise UsageError(
@@ -310,6 +310,7 @@ def up(
             template=template,
             kubeconfig=kubeconfig,
             recreate=recreate,
+            force=force,
             connect=connect,
             settings=settings,
             say=say,
@@ -378,7 +379,8 @@ def down(
     progress: Say | None = None,
 ) -> bool:
     """Stop the current cluster (or the embedded head if this kernel is not connected). True if one was stopped.
-    While runs go on there it is refused unless ``force``.
+    While runs go on there, or when the RayCluster is someone else's (its ``raynb.io/owner``), it is refused unless
+    ``force``.
 
     ``down("ray-train-cluster", namespace="ray-train")`` deletes that RayCluster even when this kernel is not
     connected to it (e.g. after a restart); deleting one that is already gone is not an error.
@@ -390,7 +392,7 @@ def down(
             cur.down(force=force, progress=say)
             return True
         settings = resolve_settings({"kube_context": context, "kube_namespace": namespace})
-        return _kubernetes.delete(name, settings, kubeconfig, say)
+        return _kubernetes.delete(name, settings, kubeconfig, say, force=force)
     if cur is not None:
         cur.down(force=force, progress=say)
         return True

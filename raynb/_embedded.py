@@ -49,7 +49,7 @@ class EmbeddedBackend:
             fix=f"the embedded cluster's Ray logs are files in {self.head.temp_dir}/session_latest/logs",
         )
 
-    def down(self, say: Say) -> None:
+    def down(self, say: Say, *, force: bool = False) -> None:
         head_proc.stop_head(self.head)
         head_proc.remove_owner()
         _session.forget_token()  # its token file is gone with it

@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ._identity import local_identity
 from ._kube_state import KubeStatus, RayClusterRef, conditions, node_row, pod_row, readiness
 from ._pod_diagnosis import Diagnosis, Progress, diagnose_pods, is_hopeless, progress_of
 from .errors import ClusterStartError, KubeError
@@ -34,6 +35,7 @@ __all__ = [
     "delete_raycluster",
     "list_rayclusters",
     "head_pod_name",
+    "whoami",
     "pods",
     "nodes",
     "daemonsets",
@@ -62,6 +64,7 @@ class Target:
     context: str | None
     user: str | None
     default_namespace: str | None
+    identity: str | None = None  # who the API server says we are (whoami), asked once
 
     def where(self) -> str:
         return f"context {self.context!r} ({self.server})" if self.context else self.server
@@ -209,6 +212,25 @@ def _no_crd(target: Target) -> KubeError:
     )
 
 
+def whoami(target: Target) -> str:
+    """Who owns what this kernel creates: the person where a platform records one (SageMaker Studio, JupyterHub),
+    else the Kubernetes identity (SelfSubjectReview, Kubernetes >= 1.28), else the login name."""
+    person = local_identity()
+    if ":" in person:
+        return person
+    if target.identity is None:
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+        try:
+            review = client.AuthenticationV1Api(target.api).create_self_subject_review(body)
+            target.identity = review.status.user_info.username or ""
+        except (ApiException, OSError, AttributeError):
+            target.identity = ""
+    return target.identity or person
+
+
 def ensure_crd(target: Target) -> None:
     """Fail with install instructions unless the API serves ray.io/v1 rayclusters (discovery needs no RBAC)."""
     from kubernetes import client
@@ -313,9 +335,11 @@ def wait_ready(
     and what is wrong (pending pods explained) as it goes. ``timeout`` is extended while a node is being provisioned
     or an image pulled, up to three times ``timeout``: never forever."""
     t0 = time.monotonic()
-    last_line, said, diags = "", set(), []
+    last_line, said = "", set()
+    diags: list[Diagnosis] = []
     shown: dict[str, tuple[str, float]] = {}  # pod -> (what was said, when)
     under_way: list[Progress] = []
+    extended = False
     rc: dict[str, Any] | None = None
     while True:
         rc = get_raycluster(target, ref)
@@ -362,10 +386,13 @@ def wait_ready(
                 fix="fix DLC_IMAGE (or the registry access), then `%raycluster down` and `%raycluster up`",
             )
         progressing = any(p.stage in ("provisioning", "pulling") for p in under_way)
-        if elapsed > timeout and not (progressing and elapsed < 3 * timeout):
+        if elapsed > timeout and progressing and elapsed < 3 * timeout:
+            extended = True
+        elif elapsed > timeout:
             waited_on = [p.line(now) for p in under_way]
+            more = f", then {elapsed - timeout:.0f} s more while it progressed" if extended else ""
             raise ClusterStartError(
-                f"The RayCluster {ref.namespace}/{ref.name} was not ready after {elapsed:.0f} s ({line}).",
+                f"The RayCluster {ref.namespace}/{ref.name} was not ready after {timeout:.0f} s{more} ({line}).",
                 saw="\n".join([d.line() for d in diags] + [f"still under way: {w}" for w in waited_on])
                 or "no pod reported a problem; the operator may be slow "
                 "(kubectl logs -n kuberay-operator deploy/kuberay-operator)",

@@ -15,6 +15,7 @@ from typing import Any
 from . import _kube_api as kube
 from . import manifest
 from ._backend import BackendChecks, BackendKind, Say
+from ._identity import default_cluster_name
 from ._kube_state import KubeStatus, RayClusterRef, readiness, spec_differences
 from ._port_forward import PortForward
 from ._session import check_versions, dashboard_get
@@ -84,7 +85,8 @@ class KubernetesBackend:
             "worker-*.err in the pod; %%raytrain shows them parsed as badges, --nccl full shows them raw)"
         )
 
-    def down(self, say: Say) -> None:
+    def down(self, say: Say, *, force: bool = False) -> None:
+        _refuse_unless_owner(kube.get_raycluster(self.target, self.ref), kube.whoami(self.target), "delete", force)
         self.disconnect()
         kube.delete_raycluster(self.target, self.ref, progress=say)
 
@@ -114,6 +116,30 @@ class KubernetesBackend:
         return {k: v[key] for k, key in keys if v.get(key)}
 
 
+OWNER = "raynb.io/owner"
+
+
+def _refuse_unless_owner(rc: Mapping[str, Any] | None, me: str, action: str, force: bool) -> None:
+    """Another user's RayCluster is not reused, recreated or deleted by accident (``force`` means it)."""
+    owner = ((rc or {}).get("metadata", {}).get("annotations") or {}).get(OWNER)
+    if rc is None or force or not owner or owner == me:
+        return
+    ns, name = rc["metadata"]["namespace"], rc["metadata"]["name"]
+    what = {"reuse": "connect this kernel to it", "recreate": "replace it", "delete": "delete it"}[action]
+    flag = {"reuse": "up --force", "recreate": "up --recreate --force", "delete": f"down {name} --force"}[action]
+    raise KubeError(
+        f"The RayCluster {ns}/{name} belongs to {owner}; raynb will not {what} for {me}.",
+        saw=f"annotation {OWNER}={owner} on the RayCluster",
+        fix=f"use a cluster of your own (`--set RAY_CLUSTER_NAME={default_cluster_name()}`), or, if "
+        f"{owner} agrees, `%raycluster {flag}`"
+        + (
+            f" (raynb.Cluster.from_name({name!r}, namespace={ns!r}) attaches to it as it is)"
+            if action == "reuse"
+            else ""
+        ),
+    )
+
+
 def _render(
     values: str | Mapping[str, str] | None,
     overrides: Mapping[str, Any],
@@ -137,6 +163,7 @@ def up(
     connect: bool,
     settings: Settings,
     say: Say,
+    force: bool = False,
 ) -> KubernetesBackend:
     """Render, apply (or reuse) and wait for the RayCluster; what the user can fix is checked before versions."""
     obj, vals = _render(values, overrides, settings.kube_namespace, template)
@@ -148,9 +175,12 @@ def up(
         check_versions(
             vals.get("RAY_VERSION", ""), vals.get("PYTHON_VERSION", ""), where=f"the image {vals.get('DLC_IMAGE', '?')}"
         )
+    me = kube.whoami(target)
+    obj["metadata"].setdefault("annotations", {})[OWNER] = me
     live = kube.get_raycluster(target, ref)
     if live is not None:
         diffs = spec_differences(obj["spec"], live.get("spec", {}))
+        _refuse_unless_owner(live, me, "recreate" if diffs and recreate else "reuse", force)
         if diffs and not recreate:
             shown = diffs[:12] + ([f"... and {len(diffs) - 12} more"] if len(diffs) > 12 else [])
             raise KubeError(
@@ -207,9 +237,11 @@ def attach(name: str, settings: Settings, kubeconfig: str | None) -> KubernetesB
     return KubernetesBackend(target, ref, manifest.values_from_spec(rc))
 
 
-def delete(name: str, settings: Settings, kubeconfig: str | None, say: Say) -> bool:
-    """Delete a RayCluster by name and wait until it is gone; False when there was none."""
+def delete(name: str, settings: Settings, kubeconfig: str | None, say: Say, *, force: bool = False) -> bool:
+    """Delete a RayCluster by name and wait until it is gone; False when there was none. Another user's is refused
+    unless ``force``."""
     target, ref = named_raycluster(name, settings, kubeconfig)
+    _refuse_unless_owner(kube.get_raycluster(target, ref), kube.whoami(target), "delete", force)
     gone = kube.delete_raycluster(target, ref, progress=say)
     if not gone:
         say(f"no RayCluster {ref.namespace}/{name}: nothing to delete")
@@ -231,6 +263,7 @@ def rows(*, namespace: str | None, context: str | None, kubeconfig: str | None) 
                 "state": line,
                 "address": target.where(),
                 "image": manifest.head_image(rc),
+                "owner": (rc["metadata"].get("annotations") or {}).get(OWNER, "-"),
             }
         )
     return out

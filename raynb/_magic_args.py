@@ -126,10 +126,13 @@ def cluster_parser() -> _Parser:
     add_flag(k, "kube_namespace")
     k.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
     k.add_argument("--recreate", action="store_true", help="replace a RayCluster whose spec differs")
+    k.add_argument("--force", action="store_true", help="also reuse or recreate a RayCluster someone else owns")
     k.add_argument("--no-connect", action="store_true", help="create and wait, but do not connect this kernel")
     dn = sub.add_parser("down", help="stop the cluster and everything it started")
     dn.add_argument("name", nargs="?", help="a RayCluster to delete (default: this kernel's cluster)")
-    dn.add_argument("--force", action="store_true", help="also when runs are going on there (they stop)")
+    dn.add_argument(
+        "--force", action="store_true", help="also when runs are going on there (they stop), or it is someone else's"
+    )
     add_flag(dn, "kube_namespace")
     add_flag(dn, "kube_context")
     sub.add_parser("status", help="nodes, CPUs, GPUs, pods, dashboard link")

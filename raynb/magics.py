@@ -58,6 +58,7 @@ class RayNBMagics(Magics):
                 or args.kube_namespace
                 or args.kubeconfig
                 or args.recreate
+                or args.force
                 or args.no_connect
             )
             if kube and args.local:
@@ -80,6 +81,7 @@ class RayNBMagics(Magics):
                     template=args.template,
                     kubeconfig=args.kubeconfig,
                     recreate=args.recreate,
+                    force=args.force,
                     connect=not args.no_connect,
                     settings=settings,
                 )
@@ -250,7 +252,7 @@ class _Link:
         }
 
 
-_LIST_COLUMNS = ("name", "namespace", "kind", "state", "image")
+_LIST_COLUMNS = ("name", "namespace", "kind", "state", "owner", "image")
 
 
 def _cluster_table(rows: list[dict[str, str]]) -> str:

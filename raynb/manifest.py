@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from ._identity import default_cluster_name
 from .errors import ManifestError, RaynbError
 
 __all__ = [
@@ -134,6 +135,8 @@ def resolve_values(
 ) -> dict[str, str]:
     """Values file + overrides, with the instance preset's numbers for what the overrides do not set."""
     merged = {**(values if values is not None else load_values()), **(overrides or {})}
+    if not merged.get("RAY_CLUSTER_NAME"):
+        merged["RAY_CLUSTER_NAME"] = default_cluster_name()  # ray-train-<you>: see _identity.py
     for group, legacy in (("SYSTEM", "system"), ("GPU", None)):
         # values files from before the *_SELECTOR variables: their role label, and the GPU taint tolerated
         if f"{group}_NODE_SELECTOR" not in merged:

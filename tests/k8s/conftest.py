@@ -19,8 +19,12 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import controlplane
 
+from raynb import manifest
+
 ROOT = Path(__file__).resolve().parents[2]
 VALUES = str(ROOT / "manifests" / "values.env")
+#: The RayCluster the default values make: ray-train-<you> (the kernels the tests start are the same user).
+NAME = manifest.render()["metadata"]["name"]
 #: The test "image" is this machine's Ray and Python (the port-forward goes to a real local head).
 HERE_PY = f"{sys.version_info[0]}.{sys.version_info[1]}"
 
@@ -68,9 +72,9 @@ def clean(stack: controlplane.Stack) -> Iterator[controlplane.Stack]:
     """No RayCluster before or after the test."""
     import raynb
 
-    raynb.down("ray-train-cluster", progress=lambda _m: None)
+    raynb.down(NAME, progress=lambda _m: None)
     yield stack
-    raynb.down("ray-train-cluster", progress=lambda _m: None)
+    raynb.down(NAME, progress=lambda _m: None)
 
 
 @contextlib.contextmanager

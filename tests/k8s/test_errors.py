@@ -4,7 +4,7 @@ against the real API server (RBAC, namespaces, discovery) where one is involved.
 from __future__ import annotations
 
 import pytest
-from conftest import HERE_PY, VALUES, apply, controlplane
+from conftest import HERE_PY, NAME, VALUES, apply, controlplane
 
 import raynb
 from raynb import _kube_api as kube
@@ -47,7 +47,7 @@ def test_version_mismatch_is_caught_before_anything_is_created(stack) -> None:
     with pytest.raises(ConnectError) as e:
         raynb.up(values=VALUES, set={"PYTHON_VERSION": "3.13" if HERE_PY != "3.13" else "3.12"})
     assert "Python" in e.value.saw and 'pip install "ray[client,train,default]==2.58.0"' in e.value.fix
-    assert kube.get_raycluster(kube.connect_api(), kube.RayClusterRef("ray-train-cluster", "ray-train")) is None
+    assert kube.get_raycluster(kube.connect_api(), kube.RayClusterRef(NAME, "ray-train")) is None
 
 
 def test_rbac_forbidden_names_verb_and_resource(stack) -> None:

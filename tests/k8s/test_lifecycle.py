@@ -6,13 +6,14 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import HERE_PY, VALUES
+from conftest import HERE_PY, NAME, VALUES
 
 import raynb
 from raynb import _kube_api as kube
+from raynb import manifest
 from raynb.errors import ClusterStartError
 
-REF = kube.RayClusterRef("ray-train-cluster", "ray-train")
+REF = kube.RayClusterRef(NAME, "ray-train")
 
 
 def _say() -> tuple[list[str], object]:
@@ -38,26 +39,26 @@ def test_up_ready_status_reuse_down(clean) -> None:
     workers = [p for p in st.kube.pods if p.role == "worker"]
     assert {p.node for p in workers} == {"gpu-0", "gpu-1"} and {(p.gpus, p.efa) for p in workers} == {("4", "1")}
     assert {(n.instance_type, n.gpus, n.efa) for n in st.kube.nodes} >= {("g6.12xlarge", "4", "1")}
-    assert "ray-train-cluster-head" in st.text() and "raynb-pods" in st.html()
+    assert f"{NAME}-head" in st.text() and "raynb-pods" in st.html()
 
-    again = raynb.Cluster.from_name("ray-train-cluster", connect=False)  # e.g. after a kernel restart
+    again = raynb.Cluster.from_name(NAME, connect=False)  # e.g. after a kernel restart
     assert again.kind == "kubernetes" and again.backend.ref == REF
     assert again.backend.values["DLC_IMAGE"] == "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"
     assert again.backend.values["PYTHON_VERSION"] == HERE_PY and again.backend.efa_expected() == (True, False)
-    with raynb.Cluster.from_name("ray-train-cluster", connect=False):
+    with raynb.Cluster.from_name(NAME, connect=False):
         pass  # attaching never deletes: the with-block only tears down what its own `up` created
     assert kube.get_raycluster(target, REF) is not None
     with pytest.raises(raynb.RaynbError) as e:
         raynb.Cluster.from_name("no-such-cluster", connect=False)
     assert "No RayCluster 'no-such-cluster' in namespace 'ray-train'" in e.value.what
-    assert "ray-train-cluster" in e.value.saw
+    assert NAME in e.value.saw
 
     rows = raynb.clusters(namespace="ray-train")
-    assert [r["name"] for r in rows if r["kind"] == "kubernetes"] == ["ray-train-cluster"]
+    assert [r["name"] for r in rows if r["kind"] == "kubernetes"] == [NAME]
 
     lines2, say2 = _say()
     raynb.up(values=VALUES, set={"PYTHON_VERSION": HERE_PY}, connect=False, timeout=60, progress=say2)
-    assert any("reusing RayCluster ray-train/ray-train-cluster (same spec)" in m for m in lines2)
+    assert any(f"reusing RayCluster ray-train/{NAME} (same spec)" in m for m in lines2)
 
     with pytest.raises(kube.KubeError) as e:
         raynb.up(
@@ -85,7 +86,7 @@ def test_up_ready_status_reuse_down(clean) -> None:
     svcs = client.CoreV1Api(target.api).list_namespaced_service("ray-train", label_selector="ray.io/cluster").items
     assert svcs == []
     print(f"down took {time.monotonic() - t0:.1f} s")
-    assert raynb.down("ray-train-cluster", progress=say3) is False  # idempotent
+    assert raynb.down(NAME, progress=say3) is False  # idempotent
     assert any("nothing to delete" in m for m in lines3)
 
 
@@ -119,7 +120,7 @@ def test_efa_not_offered_and_selector_mismatch_are_explained(clean) -> None:
             progress=lambda _m: None,
         )
     assert "Insufficient vpc.amazonaws.com/efa" in e.value.saw and "EFA device plugin" in e.value.saw
-    raynb.down("ray-train-cluster", progress=lambda _m: None)
+    raynb.down(NAME, progress=lambda _m: None)
     with pytest.raises(ClusterStartError) as e:
         raynb.up(
             values=VALUES,
@@ -172,3 +173,30 @@ def test_replica_failure_fails_at_once(stack, clean) -> None:
         assert "quota" in (e.value.saw or "").lower(), e.value.saw
     finally:
         delete(stack, "v1", "ResourceQuota", "one-pod", "ray-train")
+
+
+def test_two_users_of_one_namespace_do_not_touch_each_others_cluster(clean, monkeypatch) -> None:
+    """The first user's cluster is theirs (raynb.io/owner: their Kubernetes identity); a second user (a JupyterHub
+    user of the same namespace) gets a default name of their own and cannot reuse, replace or delete it by accident."""
+    from raynb.errors import KubeError
+
+    raynb.up(values=VALUES, set={"PYTHON_VERSION": HERE_PY}, connect=False, timeout=60, progress=lambda _m: None)
+    rc = kube.get_raycluster(kube.connect_api(), REF)
+    assert rc["metadata"]["annotations"]["raynb.io/owner"] == "admin"  # SelfSubjectReview of the admin token
+    monkeypatch.setenv("JUPYTERHUB_USER", "bob")
+    assert manifest.render()["metadata"]["name"] == "ray-train-bob"  # bob's default is not the first user's
+    with pytest.raises(KubeError) as e:
+        raynb.down(NAME, progress=lambda _m: None)
+    assert f"ray-train/{NAME} belongs to admin" in e.value.what and "jupyterhub:bob" in e.value.what
+    assert f"down {NAME} --force" in e.value.fix
+    for recreate in (False, True):
+        with pytest.raises(KubeError) as e:
+            raynb.up(values=VALUES, set={"PYTHON_VERSION": HERE_PY, "RAY_CLUSTER_NAME": NAME, "WORKER_CPU": "30"}
+                     if recreate else {"PYTHON_VERSION": HERE_PY, "RAY_CLUSTER_NAME": NAME},
+                     recreate=recreate, connect=False, progress=lambda _m: None)  # fmt: skip
+        assert "belongs to admin" in e.value.what and "RAY_CLUSTER_NAME=ray-train-bob" in e.value.fix
+    assert kube.get_raycluster(kube.connect_api(), REF) is not None  # untouched
+    rows = raynb.clusters(namespace="ray-train")
+    assert [(r["name"], r["owner"]) for r in rows if r["kind"] == "kubernetes"] == [(NAME, "admin")]
+    monkeypatch.delenv("JUPYTERHUB_USER")
+    assert raynb.down(NAME, progress=lambda _m: None) is True  # its owner may

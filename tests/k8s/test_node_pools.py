@@ -13,7 +13,7 @@ import uuid
 from datetime import datetime, timezone
 
 import pytest
-from conftest import HERE_PY, VALUES, apply, controlplane, delete
+from conftest import HERE_PY, NAME, VALUES, apply, controlplane, delete
 
 import raynb
 from raynb import _kube_api as kube
@@ -23,7 +23,7 @@ NS = "ray-train"
 
 
 def _workers(target: kube.Target) -> list[dict]:
-    ref = kube.RayClusterRef("ray-train-cluster", NS)
+    ref = kube.RayClusterRef(NAME, NS)
     return [p for p in kube.pods(target, ref) if p["metadata"]["labels"].get("ray.io/node-type") == "worker"]
 
 

@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 import nbformat
-from conftest import HERE_PY, ROOT, apply, delete
+from conftest import HERE_PY, NAME, ROOT, apply, delete
 
 from raynb import _kube_api as kube
 from raynb.notebook import execute
@@ -84,4 +84,4 @@ def test_qwen_notebook_on_the_kubernetes_path(head_behind_pods, clean, tmp_path:
     assert "✗" not in states.values(), states
     check_warm_section(cells, steps=60)  # warm workers through the port-forward
     assert "deleted" in text  # %raycluster down
-    assert kube.get_raycluster(kube.connect_api(), kube.RayClusterRef("ray-train-cluster", "ray-train")) is None
+    assert kube.get_raycluster(kube.connect_api(), kube.RayClusterRef(NAME, "ray-train")) is None

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import HERE_PY, VALUES
+from conftest import HERE_PY, NAME, VALUES
 
 from tests.notebook.kernels import errors, kernel, run, text
 
@@ -126,4 +126,4 @@ def test_a_run_goes_on_while_the_tunnel_is_cut_past_the_grace(head_behind_pods, 
         got = json.loads(_printed(out).strip().splitlines()[-1])
         # every step, from both ranks, including the ones reported while no notebook could reach the cluster
         assert got == {"status": "succeeded", "steps": list(range(1, STEPS + 1)), "ranks": [0, 1], "n": 2 * STEPS}, got
-        run(kc, "%raycluster down ray-train-cluster", timeout=120)
+        run(kc, f"%raycluster down {NAME}", timeout=120)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import HERE_PY, VALUES
+from conftest import HERE_PY, NAME, VALUES
 
 from raynb import _kube_api as kube
 from tests.notebook.kernels import errors, kernel, run, text
@@ -77,15 +77,15 @@ def test_raytrain_runs_through_the_kubernetes_path(head_behind_pods, clean, tmp_
 
         out = run(kc, "%raycluster status")
         t = text(out)
-        assert "RayCluster ray-train/ray-train-cluster" in t and "ray-train-cluster-head" in t and "g6.12xlarge" in t
+        assert f"RayCluster ray-train/{NAME}" in t and f"{NAME}-head" in t and "g6.12xlarge" in t
 
         out = run(kc, "%raycluster list --namespace ray-train")
-        assert "ray-train-cluster" in text(out) and "workers 2/2 ready" in text(out), text(out)
+        assert NAME in text(out) and "workers 2/2 ready" in text(out), text(out)
 
         out = run(kc, "%raycluster logs head --tail 5")
         assert not errors(out), text(out)
         assert log.read_text().splitlines()[-1].split(" F ", 1)[1][:40] in text(out)
-        assert "==> ray-train/ray-train-cluster-head-" in text(out)
+        assert f"==> ray-train/{NAME}-head-" in text(out)
         out = run(kc, "%raycluster logs worker-1 --tail 3")
         assert not errors(out), text(out)
         t = text(out)
@@ -98,9 +98,9 @@ def test_raytrain_runs_through_the_kubernetes_path(head_behind_pods, clean, tmp_
 
         # %config reaches list and down (no --namespace given)
         out = run(kc, "%config RayNB.kube_namespace = 'elsewhere'\n%raycluster list")
-        assert "ray-train-cluster" not in text(out), text(out)
+        assert NAME not in text(out), text(out)
         out = run(kc, "%config RayNB.kube_namespace = 'ray-train'\n%raycluster list")
-        assert "ray-train-cluster" in text(out), text(out)
+        assert NAME in text(out), text(out)
 
         out = run(kc, "d = raynb.doctor(); print({x.name: x.state for x in d.checks})")
         states = eval(text(out).strip().splitlines()[-1])
@@ -111,10 +111,10 @@ def test_raytrain_runs_through_the_kubernetes_path(head_behind_pods, clean, tmp_
         # down NAME from a kernel not connected to it, in the namespace %config names
         out = run(kc, "raynb.current().disconnect()\n%config RayNB.kube_namespace = 'elsewhere'")
         assert not errors(out), text(out)
-        out = run(kc, "%raycluster down ray-train-cluster", timeout=120)
-        assert "no RayCluster elsewhere/ray-train-cluster: nothing to delete" in text(out), text(out)
-        out = run(kc, "%config RayNB.kube_namespace = 'ray-train'\n%raycluster down ray-train-cluster", timeout=120)
+        out = run(kc, f"%raycluster down {NAME}", timeout=120)
+        assert f"no RayCluster elsewhere/{NAME}: nothing to delete" in text(out), text(out)
+        out = run(kc, f"%config RayNB.kube_namespace = 'ray-train'\n%raycluster down {NAME}", timeout=120)
         assert not errors(out), text(out)
         assert "deleted" in text(out)
     target = kube.connect_api()
-    assert kube.get_raycluster(target, kube.RayClusterRef("ray-train-cluster", "ray-train")) is None
+    assert kube.get_raycluster(target, kube.RayClusterRef(NAME, "ray-train")) is None

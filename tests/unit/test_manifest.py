@@ -93,7 +93,7 @@ def test_unknown_instance_type_and_missing_values_are_clear_errors(tmp_path: Pat
     shutil.which("envsubst") is None, reason="envsubst (gettext-base) is not installed: make setup installs it"
 )
 def test_plain_envsubst_gives_the_same_cluster() -> None:
-    env = {**os.environ, **load_values()}
+    env = {**os.environ, **load_values(), "RAY_CLUSTER_NAME": render()["metadata"]["name"]}  # as the header says
     text = subprocess.run(
         ["envsubst"],
         input=(MANIFESTS / "raycluster.yaml").read_text(),
