@@ -40,6 +40,8 @@ __all__ = [
     "nodes",
     "daemonsets",
     "resource_slices",
+    "ray_token",
+    "apply_owned",
     "pod_logs",
     "kube_status",
     "FIELD_MANAGER",
@@ -49,7 +51,7 @@ GROUP, VERSION, PLURAL = "ray.io", "v1", "rayclusters"
 FIELD_MANAGER = "raynb"
 OPERATOR_INSTALL = (
     "helm repo add kuberay https://ray-project.github.io/kuberay-helm/ && helm install kuberay-operator "
-    "kuberay/kuberay-operator --version 1.4.0 -n kuberay-operator --create-namespace"
+    "kuberay/kuberay-operator --version 1.6.1 -n kuberay-operator --create-namespace"
 )
 #: Where a pod's service account credentials are mounted (Kubernetes' fixed path; tests point it elsewhere).
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -290,6 +292,23 @@ def apply_raycluster(target: Target, obj: Mapping[str, Any]) -> dict[str, Any]:
     return _plain(target, out)
 
 
+def apply_owned(target: Target, obj: dict[str, Any], owner: Mapping[str, Any]) -> None:
+    """Server-side apply ``obj`` (a namespaced object of a built-in kind) as a dependent of the RayCluster ``owner``:
+    Kubernetes' garbage collector deletes it with the cluster."""
+    from kubernetes import dynamic
+
+    meta = owner["metadata"]
+    obj["metadata"]["ownerReferences"] = [
+        {"apiVersion": f"{GROUP}/{VERSION}", "kind": "RayCluster", "name": meta["name"], "uid": meta["uid"]}
+    ]
+    res = dynamic.DynamicClient(target.api).resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+    plural = f"{res.name}.{res.group}" if res.group else res.name
+    with api_call(target, "patch", plural, obj["metadata"]["namespace"]):
+        res.server_side_apply(
+            body=obj, name=obj["metadata"]["name"], namespace=obj["metadata"]["namespace"], field_manager=FIELD_MANAGER
+        )
+
+
 def pods(target: Target, ref: RayClusterRef) -> list[dict[str, Any]]:
     with api_call(target, "list", "pods", ref.namespace):
         items = _core(target).list_namespaced_pod(ref.namespace, label_selector=f"ray.io/cluster={ref.name}").items
@@ -477,6 +496,24 @@ def daemonsets(target: Target) -> list[dict[str, Any]]:
 
     with api_call(target, "list", "daemonsets", None):
         return [_plain(target, d) for d in client.AppsV1Api(target.api).list_daemon_set_for_all_namespaces().items]
+
+
+def ray_token(target: Target, ref: RayClusterRef) -> str | None:
+    """The Ray token KubeRay keeps for a RayCluster in token mode (the Secret named after it, key ``auth_token``);
+    None when there is no such Secret (auth disabled, or a KubeRay < 1.5 that ignored ``authOptions``)."""
+    import base64
+
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        with api_call(target, "get", "secrets", ref.namespace):
+            secret = _core(target).read_namespaced_secret(ref.name, ref.namespace)
+    except ApiException as e:
+        if _status_of(e) == 404:
+            return None
+        raise
+    data = (secret.data or {}).get("auth_token")
+    return base64.b64decode(data).decode().strip() if data else None
 
 
 def resource_slices(target: Target) -> list[dict[str, Any]] | None:

@@ -7,6 +7,7 @@ the RayCluster and waits for it; :func:`attach` finds one by name; :func:`delete
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,7 @@ from ._identity import default_cluster_name
 from ._kube_state import KubeStatus, RayClusterRef, readiness, spec_differences
 from ._port_forward import PortForward
 from ._session import check_versions, dashboard_get
-from ._settings import Settings
+from ._settings import Settings, raynb_home
 from .errors import KubeError, ManifestError, NotConnectedError
 
 __all__ = ["KubernetesBackend", "up", "attach", "delete", "rows", "named_raycluster"]
@@ -66,8 +67,22 @@ class KubernetesBackend:
         )
         return address, dashboard
 
-    def token_path(self) -> None:
-        return None  # the DLC image's head runs without Ray token auth; Kubernetes RBAC guards the port-forward
+    def token_path(self) -> str | None:
+        """The cluster's Ray token (token mode: KubeRay's Secret, read with `get secrets`), copied into a file only
+        this user can read; None when the cluster runs without auth."""
+        if self.values.get("RAY_AUTH_MODE", "token") != "token":
+            return None
+        token = kube.ray_token(self.target, self.ref)
+        if token is None:  # e.g. KubeRay < 1.5 ignored authOptions: the auth preflight says what the head wants
+            return None
+        d = raynb_home() / "kube-tokens"
+        d.mkdir(parents=True, exist_ok=True)
+        d.chmod(0o700)
+        path = d / f"{self.ref.namespace}.{self.ref.name}"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(token)
+        return str(path)
 
     def runtime_env(self) -> dict[str, Any]:
         # the cluster image does not have raynb: ship the package with the job
@@ -197,13 +212,20 @@ def up(
         else:
             say(f"reusing RayCluster {ref.namespace}/{ref.name} (same spec)")
     if live is None:
-        kube.apply_raycluster(target, obj)
+        live = kube.apply_raycluster(target, obj)
         workers = sum(int(g.get("replicas", 0)) for g in obj["spec"]["workerGroupSpecs"])
         say(
             f"applied RayCluster {ref.namespace}/{ref.name} (server-side apply, field manager "
             f"{kube.FIELD_MANAGER}): head + {workers} × {vals.get('GPU_NODE_TYPE')} worker(s), "
             f"{vals.get('GPUS_PER_NODE')} GPU and {vals.get('EFA_PER_NODE')} EFA each"
         )
+    if vals.get("NETWORK_POLICY", "true") == "true":
+        try:
+            kube.apply_owned(target, manifest.render_network_policy(vals), live)
+        except KubeError as e:  # the token still guards the head; say what is missing
+            say(
+                f"NetworkPolicy not applied ({e.what}): other pods can reach the head's ports, the Ray token guards them"
+            )
     kube.wait_ready(target, ref, timeout=settings.kube_start_timeout_s, progress=say)
     return KubernetesBackend(target, ref, vals)
 

@@ -31,6 +31,7 @@ __all__ = [
     "resolve_values",
     "render",
     "render_yaml",
+    "render_network_policy",
     "validate",
     "values_from_spec",
     "head_image",
@@ -143,6 +144,7 @@ def resolve_values(
             role = merged.get(f"{group}_NODE_ROLE", legacy)
             merged[f"{group}_NODE_SELECTOR"] = f"role: {role}" if role else ""
         merged.setdefault(f"{group}_TOLERATIONS", GPU_TAINT_TOLERATION if group == "GPU" else "")
+    merged.setdefault("RAY_AUTH_MODE", "token")
     presets = presets if presets is not None else load_presets()
     itype = merged.get("GPU_NODE_TYPE", "")
     preset = presets.get(itype)
@@ -212,6 +214,12 @@ def render(
     return obj
 
 
+def render_network_policy(values: Mapping[str, str]) -> dict[str, Any]:
+    """The NetworkPolicy that admits only the cluster's own pods (``manifests/networkpolicy.yaml``), for resolved
+    ``values`` (:func:`resolve_values`)."""
+    return dict(yaml.safe_load(_substitute((MANIFESTS / "networkpolicy.yaml").read_text(), values)))
+
+
 def _check_placement(obj: Mapping[str, Any]) -> None:
     """Node selectors are label -> string; tolerations are Kubernetes toleration objects: said before any API call."""
     groups = [("SYSTEM", obj["spec"]["headGroupSpec"])] + [("GPU", g) for g in obj["spec"]["workerGroupSpecs"]]
@@ -259,6 +267,7 @@ def values_from_spec(rc: Mapping[str, Any]) -> dict[str, str]:
         "PYTHON_VERSION": ann.get("raynb.io/python-version", ""),
         "DLC_IMAGE": head_image(rc),
         "GPU_NODE_TYPE": ann.get("raynb.io/gpu-node-type", ""),
+        "RAY_AUTH_MODE": str((rc["spec"].get("authOptions") or {}).get("mode", "disabled")),
     }
     for g in rc["spec"].get("workerGroupSpecs", []):
         for c in g["template"]["spec"]["containers"]:

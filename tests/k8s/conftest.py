@@ -93,11 +93,17 @@ def head_behind_pods(stack: controlplane.Stack, tmp_path_factory: pytest.TempPat
     10001/8265 to it, and its ClusterLogs serves (a CRI-format copy of) the head's log through pods/log."""
     from raynb import _embedded_head as local
 
-    # a head of its own (not the session's embedded head: the DLC head runs without Ray auth), in a state dir of its
-    # own, owned by this process until the k8s tests are done
+    # a head of its own, in a state dir of its own, owned by this process until the k8s tests are done; in token mode
+    # as raynb's RayClusters are (authOptions), its token in the Secret KubeRay keeps for the cluster NAME (made here
+    # first, so the operator keeps it rather than generating one this head does not know)
     home = str(tmp_path_factory.mktemp("head-behind-pods"))
     with _raynb_home(home):
-        head = local.start_head(num_cpus=2, timeout=120, progress=print, auth=False)
+        head = local.start_head(num_cpus=2, timeout=120, progress=print, auth=True)
+    from kubernetes import client
+
+    token = Path(head.token_path).read_text().strip()
+    secret = {"metadata": {"name": NAME, "namespace": "ray-train"}, "stringData": {"auth_token": token}}
+    client.CoreV1Api(stack.api()).create_namespaced_secret("ray-train", secret)
     client_port = int(head.client_address.rsplit(":", 1)[1])
     dash_port = int(head.dashboard_url.rsplit(":", 1)[1])
     log = tmp_path_factory.mktemp("head-log") / "head.cri.log"
@@ -138,6 +144,7 @@ def head_behind_pods(stack: controlplane.Stack, tmp_path_factory: pytest.TempPat
         },
     )
     yield head, log
+    delete(stack, "v1", "Secret", NAME, "ray-train")
     delete(stack, "kwok.x-k8s.io/v1alpha1", "ClusterPortForward", "ray-head")
     delete(stack, "kwok.x-k8s.io/v1alpha1", "ClusterLogs", "ray-head")
     with _raynb_home(home):

@@ -176,7 +176,9 @@ def test_doctor_reads_devices_from_the_nodes_not_daemonset_names(sample: tuple[d
 def test_doctor_names_efa_offered_through_dra(sample: tuple[dict, dict]) -> None:
     """EKS >= 1.34 steers new clusters to the EFA DRA driver: vpc.amazonaws.com/efa is then never advertised."""
     rc, vals = sample
-    slices = [{"spec": {"driver": "efa.networking.k8s.aws", "nodeName": n, "devices": [{"name": "efa0"}]}} for n in "ab"]
+    slices = [
+        {"spec": {"driver": "efa.networking.k8s.aws", "nodeName": n, "devices": [{"name": "efa0"}]}} for n in "ab"
+    ]
     checks = {
         c.name: c
         for c in evaluate(

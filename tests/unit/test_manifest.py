@@ -134,7 +134,7 @@ def test_the_packaged_manifests_are_the_user_facing_ones() -> None:
     assert (
         names
         == sorted(p.name for p in MANIFESTS.iterdir())
-        == ["presets.yaml", "raycluster.yaml", "rbac.yaml", "values.env"]
+        == ["networkpolicy.yaml", "presets.yaml", "raycluster.yaml", "rbac.yaml", "values.env"]
     )
     for name in names:
         assert (MANIFESTS / name).read_bytes() == (top / name).read_bytes(), f"{name} differs: copy manifests/ over"
@@ -150,7 +150,9 @@ def test_gpu_workers_tolerate_the_gpu_taint_and_select_by_instance_type() -> Non
     assert spec["nodeSelector"] == {"node.kubernetes.io/instance-type": "p5.48xlarge", "karpenter.sh/nodepool": "gpu"}
     head = render(overrides={"SYSTEM_NODE_SELECTOR": "", "SYSTEM_TOLERATIONS": "{key: dedicated, operator: Exists}"})
     assert head["spec"]["headGroupSpec"]["template"]["spec"]["nodeSelector"] == {}
-    assert head["spec"]["headGroupSpec"]["template"]["spec"]["tolerations"] == [{"key": "dedicated", "operator": "Exists"}]
+    assert head["spec"]["headGroupSpec"]["template"]["spec"]["tolerations"] == [
+        {"key": "dedicated", "operator": "Exists"}
+    ]
 
 
 def test_a_values_file_from_before_the_selectors_keeps_its_role_labels(tmp_path: Path) -> None:
@@ -180,3 +182,21 @@ def test_a_template_of_your_own_gets_the_same_values(tmp_path: Path) -> None:
     obj = yaml.safe_load(render_yaml(None, {"GPU_NODE_COUNT": 3}, template=mine))
     assert obj["spec"]["headGroupSpec"]["template"]["spec"]["priorityClassName"] == "high"
     assert obj["spec"]["workerGroupSpecs"][0]["replicas"] == 3
+
+
+def test_token_auth_and_the_network_policy_by_default() -> None:
+    """KubeRay >= 1.5 authOptions: Ray's token in every pod; the policy admits the cluster's own pods only."""
+    from raynb.manifest import render_network_policy, resolve_values, values_from_spec
+
+    rc = render()
+    assert rc["spec"]["authOptions"] == {"mode": "token"}
+    assert values_from_spec(rc)["RAY_AUTH_MODE"] == "token"
+    assert (
+        values_from_spec({"metadata": {}, "spec": {"headGroupSpec": rc["spec"]["headGroupSpec"]}})["RAY_AUTH_MODE"]
+        == "disabled"
+    )  # a RayCluster from before authOptions
+    name = rc["metadata"]["name"]
+    np = render_network_policy(resolve_values())
+    assert np["spec"]["podSelector"] == {"matchLabels": {"ray.io/cluster": name}}
+    assert np["spec"]["ingress"] == [{"from": [{"podSelector": {"matchLabels": {"ray.io/cluster": name}}}]}]
+    assert render(overrides={"RAY_AUTH_MODE": "disabled"})["spec"]["authOptions"] == {"mode": "disabled"}
