@@ -138,7 +138,7 @@ def _scheduling_hint(message: str, pod: Mapping[str, Any]) -> str:
         hints.append(
             "no node offers a free vpc.amazonaws.com/efa: the EFA device plugin must run on EFA-enabled GPU "
             "nodes (%raycluster doctor checks it); an instance type without EFA (e.g. "
-            "GPU_NODE_TYPE=g6e.12xlarge) drops the request"
+            "GPU_NODE_TYPE=g6.4xlarge) drops the request"
         )
     elif re.search(r"Insufficient (cpu|memory)", message):
         hints.append(

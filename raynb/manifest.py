@@ -168,6 +168,7 @@ def resolve_values(
         if k not in given:
             merged[k] = v
     merged["GPUDIRECT_RDMA"] = "true" if preset.get("gdr") else "false"
+    merged.setdefault("HUGEPAGES_2MI", str(preset.get("hugepages_2mi", "")))
     return merged
 
 
@@ -206,8 +207,12 @@ def render(
                 for part in ("requests", "limits"):
                     res.get(part, {}).pop("vpc.amazonaws.com/efa", None)
                 c["env"] = [e for e in env if e["name"] not in ("FI_PROVIDER", "NCCL_NET_PLUGIN")]
-            elif vals.get("GPUDIRECT_RDMA") == "true" and not any(e["name"] == "FI_EFA_USE_DEVICE_RDMA" for e in env):
-                env.append({"name": "FI_EFA_USE_DEVICE_RDMA", "value": "1"})
+            else:
+                if vals.get("GPUDIRECT_RDMA") == "true" and not any(e["name"] == "FI_EFA_USE_DEVICE_RDMA" for e in env):
+                    env.append({"name": "FI_EFA_USE_DEVICE_RDMA", "value": "1"})
+                if vals.get("HUGEPAGES_2MI"):  # the preset's (p4d/p5): libfabric's EFA buffers
+                    for part in ("requests", "limits"):
+                        res.setdefault(part, {})["hugepages-2Mi"] = vals["HUGEPAGES_2MI"]
     annotations = obj["metadata"].setdefault("annotations", {})
     annotations["raynb.io/python-version"] = vals.get("PYTHON_VERSION", "")
     annotations["raynb.io/gpu-node-type"] = vals.get("GPU_NODE_TYPE", "")

@@ -32,7 +32,7 @@ def test_insufficient_gpu_names_the_gpu_and_not_its_symptoms() -> None:
 def test_insufficient_efa_points_at_the_device_plugin() -> None:
     (d,) = _diag("insufficient-efa")
     assert "Insufficient vpc.amazonaws.com/efa" in d.message
-    assert "EFA device plugin" in d.hint and "g6e.12xlarge" in d.hint
+    assert "EFA device plugin" in d.hint and "g6.4xlarge" in d.hint
 
 
 def test_selector_mismatch_names_the_labels() -> None:
@@ -152,8 +152,8 @@ def test_doctor_fails_each_silent_fallback_cause(sample: tuple[dict, dict]) -> N
 
 
 def test_doctor_on_an_instance_without_efa(sample: tuple[dict, dict]) -> None:
-    vals = manifest.resolve_values(manifest.load_values(), {"GPU_NODE_TYPE": "g6e.12xlarge"})
-    rc = manifest.render(manifest.load_values(), {"GPU_NODE_TYPE": "g6e.12xlarge"})
+    vals = manifest.resolve_values(manifest.load_values(), {"GPU_NODE_TYPE": "g6.4xlarge"})
+    rc = manifest.render(manifest.load_values(), {"GPU_NODE_TYPE": "g6.4xlarge"})
     checks = {
         ch.name: ch.state for ch in evaluate(rc, [], None, None, vals, notebook_ray="2.58.0", notebook_python="3.13")
     }

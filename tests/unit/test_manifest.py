@@ -58,13 +58,15 @@ def test_one_variable_moves_to_another_instance() -> None:
     assert p5["resources"]["requests"]["nvidia.com/gpu"] == "8"
     assert p5["resources"]["requests"]["vpc.amazonaws.com/efa"] == "32"
     assert _env(p5)["FI_EFA_USE_DEVICE_RDMA"] == "1"
+    assert p5["resources"]["limits"]["hugepages-2Mi"] == "5120Mi"  # AWS's EFA examples for p4d/p5
+    assert "hugepages-2Mi" not in _worker(render())["resources"]["limits"]  # g6: none
     p4d = render(overrides={"GPU_NODE_TYPE": "p4d.24xlarge"})
     assert p4d["spec"]["workerGroupSpecs"][0]["rayStartParams"]["num-gpus"] == "8"
     assert _worker(p4d)["resources"]["requests"]["vpc.amazonaws.com/efa"] == "4"
 
 
 def test_an_instance_without_efa_drops_the_request_and_the_variables() -> None:
-    w = _worker(render(overrides={"GPU_NODE_TYPE": "g6e.12xlarge"}))
+    w = _worker(render(overrides={"GPU_NODE_TYPE": "g6.4xlarge"}))
     assert "vpc.amazonaws.com/efa" not in w["resources"]["requests"]
     assert "vpc.amazonaws.com/efa" not in w["resources"]["limits"]
     assert "FI_PROVIDER" not in _env(w) and "NCCL_NET_PLUGIN" not in _env(w) and _env(w)["NCCL_DEBUG"] == "INFO"
@@ -110,7 +112,16 @@ def test_plain_envsubst_gives_the_same_cluster() -> None:
 
 @pytest.mark.parametrize(
     "itype",
-    ["g6.12xlarge", "g6e.12xlarge", "p4d.24xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge", "p6-b200.48xlarge"],
+    [
+        "g6.4xlarge",
+        "g6.12xlarge",
+        "g6e.12xlarge",
+        "p4d.24xlarge",
+        "p5.48xlarge",
+        "p5e.48xlarge",
+        "p5en.48xlarge",
+        "p6-b200.48xlarge",
+    ],
 )
 def test_every_preset_validates_against_kuberay_v140_and_v170(itype: str) -> None:
     assert {p.name for p in CRD_FILES} >= {"ray.io_rayclusters.v1.4.0.yaml", "ray.io_rayclusters.v1.7.0.yaml"}
