@@ -75,6 +75,9 @@ _ENV_SET = re.compile(
     r"|NCCL_SOCKET_IFNAME) set by environment to (.*?)\.?\s*$"
 )
 _NVLS_OFF = re.compile(r"NVLS multicast support is not available")
+#: EFA chosen, the peer never answers: libfabric's EFA provider reports the send error (errno 113) and NCCL hangs at
+#: the first collective. The usual cause is a security group without its self-referencing rule.
+_UNREACHABLE = re.compile(r"Unreachable remote|EFA_IO_COMP_STATUS_REMOTE_ERROR_UNREACH|\(No route to host\)")
 
 _FATAL = [
     (re.compile(r"Failed to initialize any NET plugin"), "NCCL could not initialise any network plugin"),
@@ -192,6 +195,7 @@ def parse(
     rings_gdr: bool | None = None
     kinds: set[str] = set()
     fatal: list[str] = []
+    unreachable: list[str] = []
     ofi_fail: list[str] = []
     plugin_missing: list[str] = []
     ofi_seen = False
@@ -206,6 +210,10 @@ def parse(
         if not msg:
             continue
         if any(p.search(msg) for p in _HARMLESS):
+            continue
+        if _UNREACHABLE.search(msg):
+            unreachable.append(msg)
+            keep(msg)
             continue
         if (m := _VERSION.search(msg)) and s.nccl_version is None:
             s.nccl_version = m[1]
@@ -328,6 +336,13 @@ def parse(
                 "plugin (for EFA: the aws-ofi-nccl library and a vpc.amazonaws.com/efa resource), or unset "
                 "NCCL_NET to allow a (slower) fallback."
             )
+    if unreachable:
+        at_least("error")
+        msgs.append(
+            "EFA was chosen but the other nodes are unreachable ('Unreachable remote'): NCCL hangs at the first "
+            "collective. EFA needs the nodes' security group to allow all traffic to and from itself, inbound and "
+            "outbound (aws ec2 describe-security-groups --group-ids <the GPU nodes' group>)."
+        )
     if ofi_fail:
         at_least("error")
         msgs.append(

@@ -184,3 +184,18 @@ def test_h200_strict_efa_capture_is_an_error_that_names_nccl_net() -> None:
         assert s.severity == "error" and s.fallback
         assert "could not initialise any network plugin" in s.messages[0]
         assert any("NCCL_NET=Libfabric forbids any other network" in m for m in s.messages)
+
+
+def test_efa_chosen_but_unreachable_is_the_security_group_hang() -> None:
+    """Modelled on libfabric's EFA provider error (errno 113, "Unreachable remote"), not captured from a run here."""
+    from raynb.nccl import parse
+
+    s = parse(
+        [
+            "ip-10-0-1-5:212:250 [0] NCCL INFO NET/OFI Selected Provider is efa (found 1 nics)",
+            "ip-10-0-1-5:212:250 [0] NCCL INFO Using network Libfabric",
+            "libfabric:212:1764750000::efa:cq:efa_rdm_pke_handle_send_error():560<warn> err: 113, message: "
+            "Unreachable remote (113)",
+        ]
+    )
+    assert s.severity == "error" and "security group" in s.messages[0], s.messages
