@@ -72,12 +72,56 @@ class Target:
         return f"context {self.context!r} ({self.server})" if self.context else self.server
 
 
+def _first_current_context(files: list[str]) -> str | None:
+    """kubectl's rule for several files: the first that sets current-context decides (the client library's merger
+    takes another)."""
+    import yaml
+
+    for f in files:
+        try:
+            current = (yaml.safe_load(Path(f).read_text()) or {}).get("current-context")
+        except (OSError, yaml.YAMLError):
+            continue
+        if current:
+            return str(current)
+    return None
+
+
+def _check_exec_credential(files: list[str], user: str | None) -> None:
+    """A user whose credentials come from a command (``aws eks get-token``) that this kernel cannot run would go to
+    the API server unauthenticated and be refused as ``system:anonymous``: say so instead."""
+    import shutil
+
+    import yaml
+
+    for f in files:
+        try:
+            doc = yaml.safe_load(Path(f).read_text()) or {}
+        except (OSError, yaml.YAMLError):
+            continue
+        entry = next((u.get("user") or {} for u in doc.get("users") or [] if u.get("name") == user), None)
+        if entry is None:
+            continue
+        command = (entry.get("exec") or {}).get("command")
+        if command and shutil.which(command) is None and not Path(command).is_file():
+            raise KubeError(
+                f"The kubeconfig's user {user!r} gets its credentials by running `{command}`, which this kernel "
+                "cannot find.",
+                saw=f"{command!r} is not on this kernel's PATH ({os.environ.get('PATH', '')})",
+                fix=f"install it into the kernel's environment (for `aws`: pip install awscli) or give its full path "
+                f"in {f}; Jupyter kernels do not read your shell's profile, so a PATH set there is not seen",
+            )
+        return
+
+
 def connect_api(*, context: str | None = None, kubeconfig: str | None = None) -> Target:
     """Kubeconfig (``KUBECONFIG`` or ~/.kube/config; ``context`` or the current one), else the in-cluster config."""
     from kubernetes import client, config
 
-    path = kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or str(Path.home() / ".kube" / "config")
-    if Path(path).is_file():
+    listed = [kubeconfig] if kubeconfig else [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    files = [p for p in listed or [str(Path.home() / ".kube" / "config")] if Path(p).is_file()]
+    path = os.pathsep.join(files) or (listed or [str(Path.home() / ".kube" / "config")])[0]
+    if files:  # every file KUBECONFIG lists, merged as kubectl merges them
         try:
             contexts, active = config.list_kube_config_contexts(config_file=path)
         except config.ConfigException as e:
@@ -92,7 +136,8 @@ def connect_api(*, context: str | None = None, kubeconfig: str | None = None) ->
                 saw=f"contexts in {path}: " + (", ".join(names) or "none"),
                 fix="pass one of those with --context",
             )
-        chosen = next(c for c in contexts if c["name"] == (context or active["name"]))
+        chosen = next(c for c in contexts if c["name"] == (context or _first_current_context(files) or active["name"]))
+        _check_exec_credential(files, chosen["context"].get("user"))
         api = config.new_client_from_config(config_file=path, context=chosen["name"])
         return Target(
             api,
