@@ -71,6 +71,10 @@ class Backend(Protocol):
         """(EFA expected between nodes, GPUDirect RDMA expected) for the NCCL badges of this cluster's runs."""
         ...
 
+    def storage_reach(self) -> tuple[int, tuple[str, ...]]:
+        """How many nodes the cluster has, and the paths mounted on every one (a shared volume)."""
+        ...
+
     def values_layer(self) -> dict[str, Any]:
         """Settings the cluster's values file sets (the 'values file' layer of settings resolution)."""
         ...

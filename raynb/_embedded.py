@@ -69,6 +69,9 @@ class EmbeddedBackend:
     def efa_expected(self) -> tuple[bool, bool | None]:
         return False, None
 
+    def storage_reach(self) -> tuple[int, tuple[str, ...]]:
+        return 1, ()  # one node: its disk is every node's
+
     def values_layer(self) -> dict[str, Any]:
         return {}
 

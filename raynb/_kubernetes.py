@@ -125,6 +125,11 @@ class KubernetesBackend:
     def run_leases_dir(self) -> None:
         return None  # a RayCluster stays until it is deleted
 
+    def storage_reach(self) -> tuple[int, tuple[str, ...]]:
+        v = self.values
+        nodes = 1 + int(v.get("GPU_NODE_COUNT") or 1)  # the head is a node of its own
+        return nodes, (v["SHARED_MOUNT_PATH"],) if v.get("SHARED_PVC") and v.get("SHARED_MOUNT_PATH") else ()
+
     def values_layer(self) -> dict[str, Any]:
         v = self.values
         keys = (("strict_efa", "STRICT_EFA"), ("storage_path", "STORAGE_PATH"), ("max_failures", "MAX_FAILURES"))

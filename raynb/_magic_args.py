@@ -72,6 +72,7 @@ def train_parser() -> _Parser:
     add_flag(p, "nccl")
     add_flag(p, "strict_efa")
     add_flag(p, "max_failures")
+    add_flag(p, "checkpoints")
     return p
 
 

@@ -101,6 +101,11 @@ class Settings:
         "--max-failures",
     )
     storage_path: str | None = option(None, "where Ray Train keeps run state and checkpoints (default ~/ray_results)")
+    checkpoints: bool = option(
+        True,
+        "the run saves checkpoints (off: it never does, so node-local storage is fine on many nodes)",
+        "--checkpoints",
+    )
     kube_context: str | None = option(None, "kubeconfig context (default: the current one)", "--context")
     kube_namespace: str | None = option(
         None, "Kubernetes namespace (default: NAMESPACE in the values file)", "--namespace"

@@ -19,6 +19,7 @@ from ._current import current, resolve_settings
 from ._run import Run, RunSpec, set_active
 from ._run_registry import free_name
 from ._settings import Settings
+from ._storage import check_reachable_by_every_node
 from ._trainer_config import shape_of, trainer_kwargs, user_run_name
 from ._worker_env import worker_env
 from .errors import InsufficientResourcesError, UsageError, not_connected
@@ -142,6 +143,11 @@ def _start_payload(
         max_failures=settings.max_failures,
         **ray_objects,
     )
+    if cl is not None:  # before any worker starts: checkpoints stranded on one node fail only after every step
+        nodes, shared = cl.backend.storage_reach()
+        check_reachable_by_every_node(
+            kwargs["run_config"].storage_path, nodes=nodes, shared_mounts=shared, checkpoints=settings.checkpoints
+        )
     spec = RunSpec(
         workers=settings.workers,
         gpu=settings.gpu,
@@ -289,6 +295,7 @@ def train(
     nccl: str | None = None,
     strict_efa: bool | None = None,
     max_failures: int | None = None,
+    checkpoints: bool | None = None,
     display: bool | str | None = None,
     settings: Settings | None = None,
     cell_file: str | None = None,
@@ -316,7 +323,8 @@ def train(
 
     Returns the :class:`Run` (``status``, ``metrics``, ``error``) once it has succeeded or failed; call
     ``run.raise_for_status()`` (or pass ``raise_on_failure=True``) to turn a failure into an exception. An interrupt (Ctrl-C, the notebook's stop
-    button) stops the workers and raises :class:`~raynb.errors.RunAborted`. ``display``: None picks HTML in
+    button) stops the workers and raises :class:`~raynb.errors.RunAborted`. On a cluster of several nodes whose storage
+    is one node's disk, a run is refused before it starts unless ``checkpoints=False`` (it never saves any). ``display``: None picks HTML in
     notebooks and a text line in terminals; False shows nothing.
     """
     shape = shape_of(scaling_config, workers=workers, gpu=gpu, cpus_per_worker=cpus_per_worker)
@@ -328,6 +336,7 @@ def train(
             "nccl": nccl,
             "strict_efa": strict_efa,
             "max_failures": max_failures,
+            "checkpoints": checkpoints,
         }
         settings = resolve_settings({**flags, **shape})
     elif shape:

@@ -213,10 +213,30 @@ def render(
                 if vals.get("HUGEPAGES_2MI"):  # the preset's (p4d/p5): libfabric's EFA buffers
                     for part in ("requests", "limits"):
                         res.setdefault(part, {})["hugepages-2Mi"] = vals["HUGEPAGES_2MI"]
+    _add_storage(obj, vals)
     annotations = obj["metadata"].setdefault("annotations", {})
     annotations["raynb.io/python-version"] = vals.get("PYTHON_VERSION", "")
     annotations["raynb.io/gpu-node-type"] = vals.get("GPU_NODE_TYPE", "")
+    if vals.get("STORAGE_PATH"):  # kept on the cluster: from_name, attach and resume by name find it there
+        annotations["raynb.io/storage-path"] = vals["STORAGE_PATH"]
     return obj
+
+
+def _add_storage(obj: dict[str, Any], vals: Mapping[str, str]) -> None:
+    """The shared volume (SHARED_PVC at SHARED_MOUNT_PATH) and the service account (SERVICE_ACCOUNT, for pod IAM) in
+    every pod, head and workers alike."""
+    groups = [obj["spec"]["headGroupSpec"], *obj["spec"]["workerGroupSpecs"]]
+    for group in groups:
+        spec = group["template"]["spec"]
+        if vals.get("SERVICE_ACCOUNT"):
+            spec["serviceAccountName"] = vals["SERVICE_ACCOUNT"]
+        if vals.get("SHARED_PVC"):
+            mount = vals.get("SHARED_MOUNT_PATH") or "/mnt/shared"
+            spec.setdefault("volumes", []).append(
+                {"name": "shared", "persistentVolumeClaim": {"claimName": vals["SHARED_PVC"]}}
+            )
+            for c in spec["containers"]:
+                c.setdefault("volumeMounts", []).append({"name": "shared", "mountPath": mount})
 
 
 def render_network_policy(values: Mapping[str, str]) -> dict[str, Any]:
@@ -273,7 +293,16 @@ def values_from_spec(rc: Mapping[str, Any]) -> dict[str, str]:
         "DLC_IMAGE": head_image(rc),
         "GPU_NODE_TYPE": ann.get("raynb.io/gpu-node-type", ""),
         "RAY_AUTH_MODE": str((rc["spec"].get("authOptions") or {}).get("mode", "disabled")),
+        "STORAGE_PATH": ann.get("raynb.io/storage-path", ""),
+        "GPU_NODE_COUNT": str(sum(int(g.get("replicas", 0)) for g in rc["spec"].get("workerGroupSpecs", []))),
     }
+    head = rc["spec"].get("headGroupSpec", {}).get("template", {}).get("spec", {})
+    claim = next((v for v in head.get("volumes") or [] if v.get("name") == "shared"), None)
+    if claim:
+        vals["SHARED_PVC"] = claim["persistentVolumeClaim"]["claimName"]
+        vals["SHARED_MOUNT_PATH"] = next(
+            (m["mountPath"] for m in head["containers"][0].get("volumeMounts") or [] if m.get("name") == "shared"), ""
+        )
     for g in rc["spec"].get("workerGroupSpecs", []):
         for c in g["template"]["spec"]["containers"]:
             req = (c.get("resources") or {}).get("requests") or {}

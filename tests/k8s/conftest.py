@@ -77,6 +77,56 @@ def clean(stack: controlplane.Stack) -> Iterator[controlplane.Stack]:
     raynb.down(NAME, progress=lambda _m: None)
 
 
+@pytest.fixture(scope="package")
+def shared_volume(stack: controlplane.Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """What an EFS or FSx for Lustre claim is on EKS: a PersistentVolume bound to the claim `raynb-shared` in
+    ray-train (the real PV controller binds it; its hostPath is a folder here, where the head behind the pods writes),
+    and the values that mount it into every pod and keep runs there."""
+    import time
+
+    from kubernetes import client
+
+    path = tmp_path_factory.mktemp("shared-volume")
+    pv = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": "raynb-shared"},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteMany"],
+            "storageClassName": "",
+            "hostPath": {"path": str(path)},
+            "claimRef": {"namespace": "ray-train", "name": "raynb-shared"},
+        },
+    }
+    pvc = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "raynb-shared", "namespace": "ray-train"},
+        "spec": {
+            "accessModes": ["ReadWriteMany"],
+            "storageClassName": "",
+            "volumeName": "raynb-shared",
+            "resources": {"requests": {"storage": "1Gi"}},
+        },
+    }
+    apply(stack, pv)
+    apply(stack, pvc)
+    core = client.CoreV1Api(stack.api())
+    deadline = time.monotonic() + 60
+    while core.read_namespaced_persistent_volume_claim("raynb-shared", "ray-train").status.phase != "Bound":
+        assert time.monotonic() < deadline, "the PV controller did not bind the claim"
+        time.sleep(0.5)
+    yield {"SHARED_PVC": "raynb-shared", "SHARED_MOUNT_PATH": str(path), "STORAGE_PATH": str(path / "runs")}
+    delete(stack, "v1", "PersistentVolumeClaim", "raynb-shared", "ray-train")
+    delete(stack, "v1", "PersistentVolume", "raynb-shared")
+
+
+def sets(values: dict[str, str]) -> str:
+    """`--set K=V ...` for a magic line."""
+    return " ".join(f"--set {k}={v}" for k, v in values.items())
+
+
 @contextlib.contextmanager
 def _raynb_home(path: str) -> Iterator[None]:
     saved = os.environ["RAYNB_HOME"]

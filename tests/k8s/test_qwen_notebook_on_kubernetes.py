@@ -43,12 +43,15 @@ def _plugin(name: str) -> dict:
     }
 
 
-def test_qwen_notebook_on_the_kubernetes_path(head_behind_pods, clean, tmp_path: Path, artifacts: Path) -> None:
+def test_qwen_notebook_on_the_kubernetes_path(
+    head_behind_pods, clean, shared_volume, tmp_path: Path, artifacts: Path
+) -> None:
     plugins = ["nvidia-device-plugin-daemonset", "aws-efa-k8s-device-plugin-daemonset"]
     for p in plugins:
         apply(clean, _plugin(p))
     values = tmp_path / "values.env"
-    values.write_text((ROOT / "manifests" / "values.env").read_text() + f"\nPYTHON_VERSION={HERE_PY}\n")
+    shared = "".join(f"{k}={v}\n" for k, v in shared_volume.items())  # checkpoints on the claim every pod mounts
+    values.write_text((ROOT / "manifests" / "values.env").read_text() + f"\nPYTHON_VERSION={HERE_PY}\n{shared}")
     out = artifacts / "qwen25-tiny-kubernetes.ipynb"
     params = {
         "CLUSTER": "eks",

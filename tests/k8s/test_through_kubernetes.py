@@ -11,21 +11,22 @@ path, and the workers get NCCL_NET=Libfabric."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
-from conftest import HERE_PY, NAME, VALUES
+from conftest import HERE_PY, NAME, VALUES, sets
 
 from raynb import _kube_api as kube
 from tests.notebook.kernels import errors, kernel, run, text
 
 
-def test_raytrain_runs_through_the_kubernetes_path(head_behind_pods, clean, tmp_path) -> None:
+def test_raytrain_runs_through_the_kubernetes_path(head_behind_pods, clean, shared_volume) -> None:
     _head, log = head_behind_pods
-    storage = tmp_path / "runs"
+    storage = Path(shared_volume["STORAGE_PATH"])  # on the claim every pod mounts
     with kernel(cwd=str(log.parent)) as (_km, kc):
         assert not errors(run(kc, "%load_ext raynb"))
         out = run(
             kc,
-            f"%raycluster up --values {VALUES} --set PYTHON_VERSION={HERE_PY} --set STORAGE_PATH={storage} "
+            f"%raycluster up --values {VALUES} --set PYTHON_VERSION={HERE_PY} {sets(shared_volume)} "
             "--set STRICT_EFA=true --timeout 60",
             timeout=180,
         )

@@ -1,0 +1,44 @@
+"""Checkpoint storage every node can reach: the refusal before a multi-node run starts, and the values that give a
+RayCluster shared storage (kept on the cluster, so from_name finds it)."""
+
+from __future__ import annotations
+
+import pytest
+
+from raynb import manifest
+from raynb._storage import check_reachable_by_every_node, is_node_local
+from raynb.errors import UsageError
+
+
+def test_what_counts_as_one_nodes_disk() -> None:
+    assert is_node_local(None)  # Ray's ~/ray_results
+    assert is_node_local("/home/ray/results") and is_node_local("file:///tmp/ray")
+    assert not is_node_local("s3://bucket/ray") and not is_node_local("gs://bucket/ray")
+    assert not is_node_local("/mnt/shared/ray", ["/mnt/shared"]) and not is_node_local("/mnt/shared", ["/mnt/shared"])
+    assert is_node_local("/mnt/sharedness/ray", ["/mnt/shared"])  # a prefix of the name is not a parent
+
+
+def test_a_multi_node_run_on_node_local_storage_is_refused_with_the_values_line() -> None:
+    with pytest.raises(UsageError) as e:
+        check_reachable_by_every_node(None, nodes=3)
+    assert "3 nodes" in e.value.what and "STORAGE_PATH=s3://" in e.value.fix and "--checkpoints false" in e.value.fix
+    check_reachable_by_every_node(None, nodes=1)  # the embedded cluster: one node
+    check_reachable_by_every_node(None, nodes=3, checkpoints=False)  # the user says it never checkpoints
+    check_reachable_by_every_node("s3://b/ray", nodes=3)
+    check_reachable_by_every_node("/mnt/fsx/ray", nodes=3, shared_mounts=["/mnt/fsx"])
+
+
+def test_shared_storage_values_reach_every_pod_and_come_back_from_the_cluster() -> None:
+    vals = {"STORAGE_PATH": "/mnt/fsx/ray", "SHARED_PVC": "fsx-claim", "SHARED_MOUNT_PATH": "/mnt/fsx"}
+    rc = manifest.render(overrides={**vals, "SERVICE_ACCOUNT": "ray-s3"})
+    groups = [rc["spec"]["headGroupSpec"], *rc["spec"]["workerGroupSpecs"]]
+    for g in groups:
+        spec = g["template"]["spec"]
+        assert spec["serviceAccountName"] == "ray-s3"
+        assert {"name": "shared", "persistentVolumeClaim": {"claimName": "fsx-claim"}} in spec["volumes"]
+        assert {"name": "shared", "mountPath": "/mnt/fsx"} in spec["containers"][0]["volumeMounts"]
+    back = manifest.values_from_spec(rc)
+    assert {k: back[k] for k in vals} == vals and back["GPU_NODE_COUNT"] == "2"
+    plain = manifest.render()
+    assert "raynb.io/storage-path" not in plain["metadata"]["annotations"]
+    assert "serviceAccountName" not in plain["spec"]["headGroupSpec"]["template"]["spec"]
