@@ -200,18 +200,3 @@ def test_two_users_of_one_namespace_do_not_touch_each_others_cluster(clean, monk
     assert [(r["name"], r["owner"]) for r in rows if r["kind"] == "kubernetes"] == [(NAME, "admin")]
     monkeypatch.delenv("JUPYTERHUB_USER")
     assert raynb.down(NAME, progress=lambda _m: None) is True  # its owner may
-
-
-def test_a_checkpointing_run_on_node_local_storage_is_refused_before_it_starts(clean, head_behind_pods) -> None:
-    """Two GPU nodes and a head, no shared storage: Ray Train would fail the checkpoint after every step; raynb says
-    so before a worker starts, with the values line to add."""
-    from raynb.errors import UsageError
-
-    c = raynb.up(values=VALUES, set={"PYTHON_VERSION": HERE_PY}, timeout=60, progress=lambda _m: None)
-    try:
-        with pytest.raises(UsageError) as e:
-            raynb.train(lambda config: None, workers=2, display=False)
-        assert "3 nodes" in e.value.what and "STORAGE_PATH=s3://" in e.value.fix
-        assert c.backend.storage_reach() == (3, ())
-    finally:
-        c.down(progress=lambda _m: None)

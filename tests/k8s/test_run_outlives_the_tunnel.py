@@ -101,6 +101,10 @@ def test_a_run_goes_on_while_the_tunnel_is_cut_past_the_grace(head_behind_pods, 
         assert not errors(run(kc, "%load_ext raynb\nimport raynb, ray"))
         out = run(kc, UP, timeout=240)
         assert not errors(out), text(out)
+        # a head and two GPU nodes, no shared storage: a run that would checkpoint is refused before workers start
+        refused = errors(run(kc, "%%raytrain --workers 2\nimport raynb\nraynb.report(loss=1.0)", timeout=120))
+        assert refused and "3 nodes" in refused[0]["evalue"], refused
+        assert "STORAGE_PATH=s3://" in "".join(refused[0]["traceback"])
         out = run(kc, CELL, timeout=300)
         assert not errors(out), text(out)
         deadline = time.monotonic() + 120
