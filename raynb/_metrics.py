@@ -66,9 +66,18 @@ class Reporter:
     """Per-worker-process buffer of records, flushed to the sink by a daemon thread."""
 
     def __init__(
-        self, sink: Any, rank: int, *, flush_interval: float = 0.1, max_in_flight: int = 4, max_buffered: int = 200_000
+        self,
+        sink: Any,
+        rank: int,
+        *,
+        flush_interval: float = 0.1,
+        max_in_flight: int = 4,
+        max_buffered: int = 200_000,
+        gpu: Any = None,
     ) -> None:
         self.sink, self.rank = sink, rank
+        #: a GpuSampler (or None): its samples join the records from the flush thread, about once a second
+        self.gpu = gpu
         self.flush_interval, self.max_in_flight, self.max_buffered = flush_interval, max_in_flight, max_buffered
         self._q: collections.deque[dict[str, Any]] = collections.deque()
         #: what this rank printed: (time, stream, line), shipped with the records (bounded like them)
@@ -97,6 +106,10 @@ class Reporter:
             self._q.popleft()
             self.dropped += 1
         self._q.append(rec)
+
+    def add_sample(self, sample: dict[str, Any]) -> None:
+        """A measurement that is not a step (a GPU sample): stamped with the latest step, counting none."""
+        self._q.append({**self.tags, **sample, "rank": self.rank, "step": self._step, "time": time.time()})
 
     def add_log(self, stream: str, line: str) -> None:
         self._logs.append((time.time(), stream, line))
@@ -133,6 +146,8 @@ class Reporter:
     def _loop(self) -> None:
         while not self._stop.wait(self.flush_interval):
             try:
+                if self.gpu is not None and self.gpu.due(time.monotonic()) and (s := self.gpu.sample()):
+                    self.add_sample(s)
                 self._flush()
             except Exception:  # noqa: BLE001 - metrics must never kill training
                 time.sleep(0.5)

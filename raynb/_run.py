@@ -259,10 +259,10 @@ class Run:
             "trainer_kwargs": self.spec.trainer_kwargs,
             "worker_info": {
                 "cwd": self.spec.cwd,
-                "fast_train_report": self.settings.fast_train_report,
                 "expect_efa": self.spec.expect_efa,
                 "gdr_expected": self.spec.gdr_expected,
-            },
+            }
+            | {k: getattr(self.settings, k) for k in ("fast_train_report", "gpu_sampling")},
         }
         self._fit_ref = self._launcher.fit.remote(payload, self.spec.config, spec, self._sink)
         self.stream = _metrics.MetricStream(self._sink, min_gap=self.settings.poll_gap_s).start()

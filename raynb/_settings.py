@@ -90,6 +90,9 @@ class Settings:
         "long (metric-only reports take raynb's non-blocking path)",
     )
     fast_train_report: bool = option(True, "route metric-only ray.train.report() to raynb's non-blocking path")
+    gpu_sampling: bool = option(
+        True, "sample each worker's GPU (utilisation, memory, power) through NVML once a second"
+    )
     refresh_hz: float = option(4.0, "live display redraws per second (at most)")
     nccl: NcclMode = option("summary", "NCCL logging: summary (parsed badges), full (raw lines) or off", "--nccl")
     strict_efa: bool = option(

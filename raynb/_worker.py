@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import _metrics as metrics
+from ._gpu_sampler import GpuSampler
 
 __all__ = ["run_on_worker", "format_frames", "NcclWatcher"]
 
@@ -183,7 +184,8 @@ def run_on_worker(payload: bytes, config: dict[str, Any], sink: Any, info: dict[
 
     ctx = ray.train.get_context()
     rank = ctx.get_world_rank()
-    rep = metrics.Reporter(sink, rank, flush_interval=info.get("flush_interval", 0.1))
+    sampler = GpuSampler(ctx.get_local_rank()) if info.get("gpu_sampling", True) else None
+    rep = metrics.Reporter(sink, rank, flush_interval=info.get("flush_interval", 0.1), gpu=sampler)
     metrics._set_reporter(rep)
     restore = _patch_train_report(rep, fast=info.get("fast_train_report", True))
     real_out, real_err = sys.stdout, sys.stderr

@@ -99,6 +99,10 @@ class _PerStep:
         return self.done.view() + tail
 
 
+#: GPU utilisation (NVML, %) under which a rank counts as idle, and the others' median that counts as busy
+LOW_UTIL, BUSY_UTIL = 30.0, 60.0
+
+
 class Aggregate:
     def __init__(self) -> None:
         self.seen = 0  # records consumed by update() from a growing list
@@ -122,6 +126,11 @@ class Aggregate:
         #: (step, attempt) where Ray Train started the workers again after a failure
         self.restarts: list[tuple[float, int]] = []
         self._attempt = 1
+        #: per rank, its GPU's latest NVML sample (raynb/_gpu_sampler.py), and since when it has been under LOW_UTIL
+        self.gpu: dict[int, dict[str, Any]] = {}
+        self._low_since: dict[int, float] = {}
+        #: the model's training FLOPs per token, when the run reports it (``flops_per_token=``): MFU from tokens/s
+        self.flops_per_token: float | None = None
 
     def update(self, records: list[dict[str, Any]]) -> Aggregate:
         """Consume what is new in a list that only grows."""
@@ -131,8 +140,13 @@ class Aggregate:
 
     def add(self, records: list[dict[str, Any]]) -> Aggregate:
         for r in records:
+            if r.get("kind") == "gpu":  # a GPU sample, not a step
+                self._add_gpu(r)
+                continue
             self.records += 1
             rank = int(r.get("rank", 0))
+            if (fpt := _num(r.get("flops_per_token"))) is not None:
+                self.flops_per_token = fpt
             step = float(r.get("step", 0))
             t = _num(r.get("time"))
             attempt = int(r.get("attempt") or 1)
@@ -171,6 +185,41 @@ class Aggregate:
                 self._per_rank(self.tput, self.tput_ranks, rank, step, rate)
                 self._total.add(step, rate, len(self.tput_ranks))
         return self
+
+    def _add_gpu(self, r: dict[str, Any]) -> None:
+        rank, t, util = int(r.get("rank", 0)), _num(r.get("time")) or 0.0, _num(r.get("gpu_util"))
+        self.gpu[rank] = {
+            k: r.get(k) for k in ("gpu_util", "gpu_mem_gb", "gpu_mem_total_gb", "gpu_power_w", "gpu_name", "time")
+        }
+        if util is not None and util < LOW_UTIL:
+            self._low_since.setdefault(rank, t)
+        else:
+            self._low_since.pop(rank, None)
+
+    def idle_gpus(self, *, for_s: float = 30.0) -> list[tuple[int, float]]:
+        """Ranks whose GPU has been under LOW_UTIL % for ``for_s`` seconds while the others' median is busy (input-bound
+        ranks, a straggler), with their utilisation now."""
+        if len(self.gpu) < 2:
+            return []
+        now = max((_num(g.get("time")) or 0.0) for g in self.gpu.values())
+        low = {r for r, since in self._low_since.items() if now - since >= for_s}
+        others = sorted(_num(g.get("gpu_util")) or 0.0 for r, g in self.gpu.items() if r not in low)
+        if not low or not others or others[len(others) // 2] < BUSY_UTIL:
+            return []
+        return [(r, _num(self.gpu[r].get("gpu_util")) or 0.0) for r in sorted(low)]
+
+    def mfu(self, tokens_per_s: float | None) -> tuple[float, str] | None:
+        """(MFU, GPU name) from the cluster's tokens/s, the reported FLOPs per token and the GPUs' dense bf16 peak."""
+        from .._flops import dense_bf16_peak
+
+        names = {str(g.get("gpu_name")) for g in self.gpu.values() if g.get("gpu_name")}
+        if not tokens_per_s or not self.flops_per_token or len(names) != 1 or self.unit != "tokens/s":
+            return None
+        name = names.pop()
+        peak = dense_bf16_peak(name)
+        if peak is None:
+            return None
+        return tokens_per_s * self.flops_per_token / (len(self.gpu) * peak), name
 
     def _per_rank(self, lines: dict[int, Decimated], ranks: set[int], rank: int, step: float, v: float) -> None:
         ranks.add(rank)

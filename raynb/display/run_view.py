@@ -99,7 +99,59 @@ def _summary(run: ViewedRun) -> dict[str, Any]:
         "rate": rate,
         "ranks": ranks,
         "run_mean": run_mean,
+        "mfu": agg.mfu(rate),
     }
+
+
+#: more ranks than this: the GPU strip shows one cell per node
+GPU_CELLS = 8
+
+
+def _gpu_cells(run: ViewedRun, agg: Any) -> list[tuple[str, float, str]]:
+    """(label, utilisation %, detail) per rank, or per node beyond GPU_CELLS ranks."""
+    gpus = agg.gpu
+    if len(gpus) <= GPU_CELLS:
+        out = []
+        for rank, g in sorted(gpus.items()):
+            mem = f"{g['gpu_mem_gb']:.0f}/{g['gpu_mem_total_gb']:.0f} GB" if g.get("gpu_mem_total_gb") else ""
+            power = f" · {g['gpu_power_w']:.0f} W" if g.get("gpu_power_w") is not None else ""
+            out.append((f"rank {rank}", float(g.get("gpu_util") or 0.0), mem + power))
+        return out
+    node_of = {e["rank"]: e.get("node", "?") for e in run.events if e.get("kind") == "worker_started"}
+    nodes: dict[str, list[float]] = {}
+    for rank, g in gpus.items():
+        nodes.setdefault(node_of.get(rank, "?"), []).append(float(g.get("gpu_util") or 0.0))
+    return [(node, sum(u) / len(u), f"{len(u)} GPUs, min {min(u):.0f}%") for node, u in sorted(nodes.items())]
+
+
+def _gpu_strip(run: ViewedRun, agg: Any) -> str:
+    """A compact strip: each rank's (or node's) GPU utilisation as a bar, memory and power; an idle rank named."""
+    cells = _gpu_cells(run, agg)
+    if not cells:
+        return ""
+    parts = []
+    for label, util, detail in cells:
+        color = "#198754" if util >= 60 else "#fd7e14" if util >= 30 else "#dc3545"
+        parts.append(
+            f'<span class="raynb-gpu" data-util="{util:.0f}" title="{html.escape(detail)}" '
+            f'style="display:inline-flex;align-items:center;gap:4px;margin-right:10px">{html.escape(label)} '
+            f'<span style="display:inline-block;width:40px;height:8px;background:#e9ecef;border-radius:2px">'
+            f'<span style="display:block;width:{min(util, 100):.0f}%;height:8px;background:{color};border-radius:2px">'
+            f"</span></span><b>{util:.0f}%</b> <span style=\"color:#666\">{html.escape(detail)}</span></span>"
+        )
+    idle = "".join(
+        f'<span class="raynb-gpu-idle" style="color:#dc3545;margin-left:6px">rank {r}: GPU {u:.0f} % — input-bound?'
+        "</span>"
+        for r, u in agg.idle_gpus()
+    )
+    return f'<div class="raynb-gpus" style="font-size:12px;margin-top:4px">GPU {"".join(parts)}{idle}</div>'
+
+
+def _mfu_text(s: dict[str, Any]) -> str | None:
+    if s["mfu"] is None:
+        return None
+    value, name = s["mfu"]
+    return f"MFU {value:.1%} of {name} dense bf16"
 
 
 def _rate_text(s: dict[str, Any]) -> str | None:
@@ -121,6 +173,11 @@ def run_text(run: ViewedRun) -> str:
         parts.append(f"{s['key']} {_fmt_num(s['last'])}")
     if (rate := _rate_text(s)) is not None:
         parts.append(rate)
+    if (mfu := _mfu_text(s)) is not None:
+        parts.append(mfu)
+    if s["agg"].gpu:
+        utils = [float(g.get("gpu_util") or 0.0) for g in s["agg"].gpu.values()]
+        parts.append(f"GPU {sum(utils) / len(utils):.0f}%")
     parts.append(f"{run.spec.workers} {'GPU' if run.spec.gpu else 'CPU'} workers")
     text = "  ".join(parts)
     if run.error is not None:
@@ -167,6 +224,8 @@ def run_html(run: ViewedRun, *, nccl_html: str = "", show_error: bool = True) ->
         stats.append(f"{html.escape(s['key'])} <b>{_fmt_num(s['last'])}</b>")
     if (rate := _rate_text(s)) is not None:
         stats.append(html.escape(rate))
+    if (mfu := _mfu_text(s)) is not None:
+        stats.append(f'<span class="raynb-mfu">{html.escape(mfu)}</span>')
     err = ""
     if run.error is not None and show_error:
         err = (
@@ -181,5 +240,6 @@ def run_html(run: ViewedRun, *, nccl_html: str = "", show_error: bool = True) ->
         f'<span class="raynb-phase" style="background:{color};color:white;border-radius:10px;padding:1px 9px">'
         f'{html.escape(_status_text(run))}</span><span style="color:#555">{html.escape(run.name)}</span>'
         + "".join(f"<span>{x}</span>" for x in stats)
-        + f'</div><div style="display:flex;gap:8px;flex-wrap:wrap">{charts}</div>{nccl_html}{err}</div>'
+        + f'</div><div style="display:flex;gap:8px;flex-wrap:wrap">{charts}</div>{_gpu_strip(run, agg)}{nccl_html}'
+        f"{err}</div>"
     )

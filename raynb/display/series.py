@@ -25,7 +25,9 @@ Series = dict[str, list[tuple[float, float]]]
 _RATE_KEYS = (("tokens_per_s", "tokens/s"), ("samples_per_s", "samples/s"), ("throughput", "items/s"))
 _COUNT_KEYS = (("tokens", "tokens/s"), ("samples", "samples/s"))
 #: Reported keys that are bookkeeping or counts, never the curve to plot.
-_NOT_PLOTTED = {"rank", "step", "time", "samples", "tokens", "samples_per_s", "tokens_per_s", "throughput", "epoch"}
+_NOT_PLOTTED = {
+    "rank", "step", "time", "samples", "tokens", "samples_per_s", "tokens_per_s", "throughput", "epoch", "flops_per_token"
+}  # fmt: skip
 
 
 def _num(v: Any) -> float | None:
