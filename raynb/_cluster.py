@@ -6,12 +6,13 @@ everything else goes through the backend's interface (``_backend.py``). The curr
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import _embedded, _kubernetes, _session
 from . import _embedded_head as head_proc
+from ._backend import Say
 from ._current import at_exit as _at_exit
 from ._current import clear_current, current, resolve_settings, set_current
 from ._launcher import drop_spare, prewarm
@@ -25,8 +26,6 @@ if TYPE_CHECKING:
     from ._kube_state import KubeStatus
 
 __all__ = ["Cluster", "ClusterStatus", "NodeInfo", "up", "down", "current", "clusters"]
-
-Say = Callable[[str], None]
 
 
 @dataclass(frozen=True)

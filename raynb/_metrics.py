@@ -184,7 +184,6 @@ class MetricStream:
         # notebook's and the head's share of a small machine's CPU low. The newest record in a picture is at most a
         # flush interval old when it arrives, so latency stays ~ flush interval + the pushes' spacing.
         self.min_gap = min_gap
-        self.changed = threading.Event()
         self._version = 0
         self._records: list[dict[str, Any]] = []
         self._records_lock = threading.Lock()
@@ -239,7 +238,6 @@ class MetricStream:
             if summary.get("last_report"):
                 self.arrivals.append((time.time(), summary["last_report"]))
         self.events.extend(evs)
-        self.changed.set()
         return True
 
     def _loop(self) -> None:
