@@ -69,6 +69,7 @@ def one(variant: str, notebook: Path, steps: int) -> dict[str, Any]:
     _dist()
     ns = helpers(notebook)
     head, _, batch = variant.partition("@")  # "liger@16": that head at batch 16
+    head = head.removesuffix("+autotune")  # the child's inductor settings, see child()
     cfg = {**CONFIG, "loss_head": head, "steps": steps, **({"batch": int(batch)} if batch else {})}
     t = ns["build_training"](cfg)
     timing = ns["train_steps"](t, cfg, steps)
@@ -120,10 +121,14 @@ def main() -> None:
 
     def child(what: str) -> dict[str, Any]:
         t0 = time.time()
+        # "+autotune": inductor autotunes its matmuls (Triton templates against cuBLAS) and tunes kernel launch
+        # parameters; settings of the process, not of the recipe's code
+        tune = {"TORCHINDUCTOR_MAX_AUTOTUNE_GEMM": "1", "TORCHINDUCTOR_COORDINATE_DESCENT_TUNING": "1"}
         p = subprocess.run(
             [sys.executable, __file__, "--notebook", str(nb), "--steps", str(args.steps), "--child", what],
             capture_output=True,
             text=True,
+            env={**os.environ, **(tune if "+autotune" in what else {})},
         )
         lines = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
         if not lines:  # recorded, not fatal: the other variants still run
