@@ -57,7 +57,11 @@ def test_no_nvml_no_samples_and_no_strip(monkeypatch) -> None:
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     assert not GpuSampler(0).available  # a CPU worker
     b = render_bundle(_run(_steps(2, 40)))
-    assert "raynb-gpus" not in b["text/html"] and "MFU" not in b["text/html"] and not re.search(r"GPU \d+%", b["text/plain"])
+    assert (
+        "raynb-gpus" not in b["text/html"]
+        and "MFU" not in b["text/html"]
+        and not re.search(r"GPU \d+%", b["text/plain"])
+    )
 
 
 def test_strip_per_rank_and_mfu_beside_throughput() -> None:
