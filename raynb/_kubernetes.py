@@ -217,14 +217,14 @@ def up(
         else:
             say(f"reusing RayCluster {ref.namespace}/{ref.name} (same spec)")
     if live is None:
-        live = kube.apply_raycluster(target, obj)
+        live = kube.apply_raycluster(target, obj) or kube.get_raycluster(target, ref)  # (apply may answer empty)
         workers = sum(int(g.get("replicas", 0)) for g in obj["spec"]["workerGroupSpecs"])
         say(
             f"applied RayCluster {ref.namespace}/{ref.name} (server-side apply, field manager "
             f"{kube.FIELD_MANAGER}): head + {workers} × {vals.get('GPU_NODE_TYPE')} worker(s), "
             f"{vals.get('GPUS_PER_NODE')} GPU and {vals.get('EFA_PER_NODE')} EFA each"
         )
-    if vals.get("NETWORK_POLICY", "true") == "true":
+    if vals.get("NETWORK_POLICY", "true") == "true" and live is not None:
         try:
             kube.apply_owned(target, manifest.render_network_policy(vals), live)
         except KubeError as e:  # the token still guards the head; say what is missing
