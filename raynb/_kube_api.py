@@ -437,7 +437,8 @@ def wait_ready(
                 shown[p.pod] = (p.detail, elapsed)
         for d in diags:
             key = (d.pod, d.reason, d.message)
-            if elapsed < _AUTOSCALER_GRACE_S and d.reason == "Unschedulable" and _NO_MATCH in d.message:
+            no_node_yet = _NO_MATCH in d.message and "Insufficient" not in d.message and "taint" not in d.message
+            if elapsed < _AUTOSCALER_GRACE_S and d.reason == "Unschedulable" and no_node_yet:
                 continue  # an autoscaler may be about to add the node: said if it still holds after the grace
             if key not in said:
                 said.add(key)
@@ -563,19 +564,13 @@ def ray_token(target: Target, ref: RayClusterRef) -> str | None:
 
 def resource_slices(target: Target) -> list[dict[str, Any]] | None:
     """DRA ResourceSlices (resource.k8s.io/v1, Kubernetes >= 1.34); None where the API or the permission is missing."""
-    from kubernetes.client.exceptions import ApiException
+    from kubernetes import dynamic
 
     try:
-        answer = target.api.call_api(
-            "/apis/resource.k8s.io/v1/resourceslices",
-            "GET",
-            auth_settings=["BearerToken"],
-            response_type="object",
-            _return_http_data_only=True,
-        )
-    except (ApiException, OSError):
+        res = dynamic.DynamicClient(target.api).resources.get(api_version="resource.k8s.io/v1", kind="ResourceSlice")
+        return [dict(i.to_dict()) for i in res.get().items]
+    except Exception:  # noqa: BLE001 -- no DRA API here, or not allowed: the doctor says it cannot see them
         return None
-    return list((answer or {}).get("items", []))
 
 
 def pod_logs(target: Target, ref: RayClusterRef, which: str = "head", *, tail: int = 200) -> tuple[str, str]:

@@ -156,7 +156,8 @@ def _scheduling_hint(message: str, pod: Mapping[str, Any]) -> str:
         )
     taints = re.findall(r"untolerated taint(?:\(s\))? \{([^}]*)\}", message)
     if taints or "untolerated taint" in message or "taints that the pod didn't tolerate" in message:
-        keys = [t.split(":")[0].strip() for t in taints] or ["KEY"]
+        # Kubernetes >= 1.30 says "untolerated taint(s)" without the key: on a GPU pool it is the GPU taint
+        keys = [t.split(":")[0].strip() for t in taints] or (["nvidia.com/gpu"] if group == "GPU" else ["KEY"])
         add = ", ".join(f"{{key: {k}, operator: Exists, effect: NoSchedule}}" for k in dict.fromkeys(keys))
         hints.append(
             f"the nodes are tainted ({'; '.join(taints) or 'see the message'}): tolerate it with "

@@ -389,7 +389,7 @@ def up(d: Path, *, nodes: list[dict[str, Any]] | None = None, timeout: float = 1
             f"--service-account-private-key-file={pki / 'sa.key'}",
             f"--root-ca-file={pki / 'ca.crt'}",
             "--use-service-account-credentials=false",
-            "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-route,-persistentvolume-binder,-attachdetach,-persistentvolume-expander,-ephemeral-volume,-pvc-protection,-pv-protection",
+            "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-route,-attachdetach,-persistentvolume-expander,-ephemeral-volume,-pvc-protection,-pv-protection",
             "--concurrent-gc-syncs=5",
         ],
     )
