@@ -72,33 +72,31 @@ class Target:
         return f"context {self.context!r} ({self.server})" if self.context else self.server
 
 
-def _first_current_context(files: list[str]) -> str | None:
-    """kubectl's rule for several files: the first that sets current-context decides (the client library's merger
-    takes another)."""
+def _kubeconfig_docs(files: list[str]) -> list[tuple[str, dict[str, Any]]]:
+    """Each kubeconfig file KUBECONFIG lists, parsed once (unreadable ones left to the client library to name)."""
     import yaml
 
+    out = []
     for f in files:
         try:
-            current = (yaml.safe_load(Path(f).read_text()) or {}).get("current-context")
+            out.append((f, yaml.safe_load(Path(f).read_text()) or {}))
         except (OSError, yaml.YAMLError):
             continue
-        if current:
-            return str(current)
-    return None
+    return out
 
 
-def _check_exec_credential(files: list[str], user: str | None) -> None:
+def _first_current_context(docs: list[tuple[str, dict[str, Any]]]) -> str | None:
+    """kubectl's rule for several files: the first that sets current-context decides (the client library's merger
+    takes another)."""
+    return next((str(d["current-context"]) for _f, d in docs if d.get("current-context")), None)
+
+
+def _check_exec_credential(docs: list[tuple[str, dict[str, Any]]], user: str | None) -> None:
     """A user whose credentials come from a command (``aws eks get-token``) that this kernel cannot run would go to
     the API server unauthenticated and be refused as ``system:anonymous``: say so instead."""
     import shutil
 
-    import yaml
-
-    for f in files:
-        try:
-            doc = yaml.safe_load(Path(f).read_text()) or {}
-        except (OSError, yaml.YAMLError):
-            continue
+    for f, doc in docs:
         entry = next((u.get("user") or {} for u in doc.get("users") or [] if u.get("name") == user), None)
         if entry is None:
             continue
@@ -136,8 +134,9 @@ def connect_api(*, context: str | None = None, kubeconfig: str | None = None) ->
                 saw=f"contexts in {path}: " + (", ".join(names) or "none"),
                 fix="pass one of those with --context",
             )
-        chosen = next(c for c in contexts if c["name"] == (context or _first_current_context(files) or active["name"]))
-        _check_exec_credential(files, chosen["context"].get("user"))
+        docs = _kubeconfig_docs(files)
+        chosen = next(c for c in contexts if c["name"] == (context or _first_current_context(docs) or active["name"]))
+        _check_exec_credential(docs, chosen["context"].get("user"))
         api = config.new_client_from_config(config_file=path, context=chosen["name"])
         return Target(
             api,
