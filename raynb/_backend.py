@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from ._checks import Check
 
 if TYPE_CHECKING:
+    from ._cost import HourlyCost
     from ._kube_state import KubeStatus
 
 __all__ = ["Backend", "BackendKind", "BackendChecks", "Say"]
@@ -52,6 +53,10 @@ class Backend(Protocol):
         ...
 
     def kube_status(self) -> KubeStatus | None: ...
+
+    def hourly_cost(self) -> HourlyCost | None:
+        """What the cluster's GPU nodes cost per hour (presets' prices); None where nothing is billed or known."""
+        ...
 
     def logs(self, which: str, tail: int) -> str: ...
 

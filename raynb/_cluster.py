@@ -7,12 +7,12 @@ everything else goes through the backend's interface (``_backend.py``). The curr
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import _embedded, _kubernetes, _session
 from . import _embedded_head as head_proc
 from ._backend import Say
+from ._cluster_status import ClusterStatus, NodeInfo
 from ._current import at_exit as _at_exit
 from ._current import clear_current, current, resolve_settings, set_current
 from ._launcher import drop_spare, prewarm
@@ -23,20 +23,8 @@ from .errors import KubeError, NotConnectedError, UsageError, not_connected
 
 if TYPE_CHECKING:
     from ._backend import Backend, BackendKind
-    from ._kube_state import KubeStatus
 
 __all__ = ["Cluster", "ClusterStatus", "NodeInfo", "up", "down", "current", "clusters"]
-
-
-@dataclass(frozen=True)
-class NodeInfo:
-    node_id: str
-    address: str
-    alive: bool
-    is_head: bool
-    cpus: float
-    gpus: float
-    memory_gb: float
 
 
 def _warm_line() -> str | None:
@@ -44,45 +32,6 @@ def _warm_line() -> str | None:
 
     group = current_warm()
     return None if group is None else f"warm group {group.name}: {group.shape}, holds {group.gpus} GPUs"
-
-
-@dataclass(frozen=True, repr=False)
-class ClusterStatus:
-    name: str
-    kind: BackendKind
-    address: str
-    dashboard_url: str | None
-    nodes: list[NodeInfo] = field(default_factory=list)
-    total: dict[str, float] = field(default_factory=dict)
-    available: dict[str, float] = field(default_factory=dict)
-    #: Kubernetes clusters: the RayCluster's pods and the nodes they run on (GPUs and EFA per node).
-    kube: KubeStatus | None = None
-    #: this kernel's warm worker group, in words (it holds workers -- and GPUs -- between cells)
-    warm: str | None = None
-
-    @property
-    def cpus(self) -> float:
-        return self.total.get("CPU", 0.0)
-
-    @property
-    def gpus(self) -> float:
-        return self.total.get("GPU", 0.0)
-
-    def text(self) -> str:
-        from .display.cluster_view import status_text
-
-        return status_text(self)
-
-    def html(self) -> str:
-        from .display.cluster_view import status_html
-
-        return status_html(self)
-
-    def __repr__(self) -> str:
-        return self.text()
-
-    def _repr_html_(self) -> str:
-        return self.html()
 
 
 class Cluster:
@@ -161,7 +110,14 @@ class Cluster:
         kube_st = self.backend.kube_status()
         if not ray.is_initialized():
             if kube_st is not None:
-                return ClusterStatus(self.name, self.kind, self.address, self.dashboard_url, kube=kube_st)
+                return ClusterStatus(
+                    self.name,
+                    self.kind,
+                    self.address,
+                    self.dashboard_url,
+                    kube=kube_st,
+                    cost=self.backend.hourly_cost(),
+                )
             raise not_connected()
         nodes = []
         for n in ray.nodes():
@@ -187,6 +143,7 @@ class Cluster:
             dict(ray.available_resources()),
             kube=kube_st,
             warm=_warm_line(),
+            cost=self.backend.hourly_cost(),
         )
 
     def logs(self, which: str = "head", *, tail: int = 200) -> str:

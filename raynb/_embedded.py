@@ -43,6 +43,9 @@ class EmbeddedBackend:
     def kube_status(self) -> None:
         return None
 
+    def hourly_cost(self) -> None:
+        return None  # this machine: nothing billed per hour by raynb's doing
+
     def logs(self, which: str, tail: int) -> str:
         raise UsageError(
             "Container logs exist for Kubernetes clusters only.",

@@ -618,4 +618,14 @@ def kube_status(target: Target, ref: RayClusterRef) -> KubeStatus:
         nrows = [node_row(n) for n in nodes(target) if n["metadata"]["name"] in used]
     except KubeError:  # listing nodes is cluster-scoped: many notebook users may not
         nrows = []
-    return KubeStatus(ref, line, image, prows, nrows)
+    return KubeStatus(ref, line, image, prows, nrows, _epoch(rc.get("metadata", {}).get("creationTimestamp")))
+
+
+def _epoch(stamp: str | None) -> float | None:
+    """Kubernetes' RFC 3339 time (``2026-12-03T16:48:52Z``) as epoch seconds."""
+    if not stamp:
+        return None
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None

@@ -108,6 +108,8 @@ class KubeStatus:
     image: str
     pods: list[PodRow] = field(default_factory=list)
     nodes: list[NodeRow] = field(default_factory=list)
+    #: when the RayCluster was created (epoch seconds): its GPU nodes bill from about then
+    created_at: float | None = None
 
 
 def pod_row(p: Mapping[str, Any]) -> PodRow:

@@ -16,6 +16,7 @@ from typing import Any
 from . import _kube_api as kube
 from . import manifest
 from ._backend import BackendChecks, BackendKind, Say
+from ._cost import HourlyCost, hourly_cost
 from ._identity import default_cluster_name
 from ._kube_state import KubeStatus, RayClusterRef, readiness, spec_differences
 from ._port_forward import PortForward
@@ -90,6 +91,9 @@ class KubernetesBackend:
 
     def kube_status(self) -> KubeStatus:
         return kube.kube_status(self.target, self.ref)
+
+    def hourly_cost(self) -> HourlyCost | None:
+        return hourly_cost(self.values, manifest.load_presets())
 
     def logs(self, which: str, tail: int) -> str:
         name, text = kube.pod_logs(self.target, self.ref, which, tail=tail)

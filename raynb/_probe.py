@@ -48,22 +48,29 @@ def sweep(config: dict[str, Any]) -> None:
         if cuda:
             torch.cuda.synchronize(dev)
 
+    def timed(x: torch.Tensor, iters: int) -> float:
+        sync()
+        t0 = time.perf_counter()
+        for k in range(1, iters + 1):
+            dist.all_reduce(x)
+            if k % 5 == 0:
+                sync()
+        sync()
+        return time.perf_counter() - t0
+
     budget = config.get("seconds_per_size", 1.0)
+    min_iters, max_iters = config.get("min_iters", 5), config.get("max_iters", 200)
     for i, size in enumerate(config["sizes"], start=1):
         x = torch.ones(size // 4, dtype=torch.float32, device=dev)
         for _ in range(config.get("warmup", 3)):
             dist.all_reduce(x)
-        sync()
-        t0, n = time.perf_counter(), 0
-        while n < config.get("min_iters", 5) or time.perf_counter() - t0 < budget:
-            dist.all_reduce(x)
-            n += 1
-            if n >= config.get("max_iters", 200):
-                break
-            if n % 5 == 0:
-                sync()
-        sync()
-        dt = (time.perf_counter() - t0) / n
+        # Every rank must run the same number of collectives: a rank that stops by its own clock while another goes
+        # on is a collective mismatch (gloo aborts the process, NCCL hangs). Rank 0's estimate decides for all.
+        per_iter = timed(x, min_iters) / min_iters
+        agreed = torch.tensor([min(max_iters, max(min_iters, int(budget / per_iter)))], dtype=torch.int64, device=dev)
+        dist.broadcast(agreed, src=0)
+        n = int(agreed.item())
+        dt = timed(x, n) / n
         algbw = size / dt / 1e9
         report(
             step=i,

@@ -32,6 +32,8 @@ class RunSpec:
     leases_dir: str | None = None
     #: restarts allowed after a worker fails (Ray Train's FailureConfig)
     max_failures: int = 0
+    #: what the cluster's GPU nodes cost per hour while the run holds them (None: the embedded cluster, no price)
+    usd_per_hour: float | None = None
 
     def summary(self) -> dict[str, Any]:
         """What a kernel that attaches later needs (Ray's objects stay behind: datasets can be large)."""

@@ -165,12 +165,22 @@ def _start_payload(
         trainer_kwargs=kwargs,
         leases_dir=leases_dir,
         max_failures=kwargs["run_config"].failure_config.max_failures,
+        usd_per_hour=_usd_per_hour(),
     )
     run = Run(spec, settings)
     run._rerun = lambda **changes: _rerun(run, payload, ray_objects, **changes)
     set_active(run)
     run._start(payload)
     return run
+
+
+def _usd_per_hour() -> float | None:
+    """The current cluster's GPU nodes per hour (the run's cost is this times its wall time)."""
+    from ._current import current
+
+    cluster = current()
+    cost = cluster.backend.hourly_cost() if cluster is not None else None
+    return cost.usd_per_hour if cost is not None else None
 
 
 def _rerun(

@@ -3,14 +3,28 @@
 from __future__ import annotations
 
 import html
+import time
 from typing import TYPE_CHECKING
 
+from .._cost import usd
+from .run_view import clock
 from .tables import table
 
 if TYPE_CHECKING:
-    from .._cluster import ClusterStatus
+    from .._cluster_status import ClusterStatus
 
-__all__ = ["status_text", "status_html"]
+__all__ = ["status_text", "status_html", "cost_text"]
+
+
+def cost_text(st: ClusterStatus, now: float | None = None) -> str | None:
+    """``2 × g6.12xlarge ≈ $9.20/h (...) · up 1:12:00 ≈ $11.04 so far``; None where nothing is billed."""
+    if st.cost is None:
+        return None
+    created = st.kube.created_at if st.kube is not None else None
+    if created is None:
+        return f"cost {st.cost.text()}"
+    up = max((time.time() if now is None else now) - created, 0.0)
+    return f"cost {st.cost.text()} · up {clock(up)} ≈ {usd(st.cost.usd_for(up))} so far"
 
 
 def status_text(st: ClusterStatus) -> str:
@@ -41,6 +55,8 @@ def status_text(st: ClusterStatus) -> str:
                 f"  - node {kn.name} {kn.instance_type} {kn.zone}{'' if kn.ready else ' NOT READY'}: "
                 f"allocatable {kn.gpus} GPU, {kn.efa} EFA"
             )
+    if (cost := cost_text(st)) is not None:
+        lines.append(f"  {cost} (`%raycluster down` stops it)")
     if st.dashboard_url:
         lines.append(f"  dashboard {st.dashboard_url}")
     return "\n".join(lines)
@@ -98,6 +114,9 @@ def status_html(st: ClusterStatus) -> str:
         )
     else:
         ray_part = "<br><i>Ray: not connected</i>"
+    cost = cost_text(st)
+    if cost is not None:
+        ray_part += f'<div class="raynb-cost" style="margin-top:4px">{html.escape(cost)}</div>'
     return (
         f'<div class="raynb-cluster" data-kind="{st.kind}" style="font-family:sans-serif;font-size:13px">'
         f'<b>{html.escape(st.name)}</b> <span style="color:#555">({st.kind}, {html.escape(st.address)})</span>'

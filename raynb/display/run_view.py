@@ -7,6 +7,7 @@ import html
 import math
 from typing import TYPE_CHECKING, Any
 
+from .._cost import PRICE_BASIS, usd
 from . import series as S
 from .aggregate import RANK_LINES, aggregate_of
 from .svg import line_chart
@@ -165,6 +166,14 @@ def _rate_text(s: dict[str, Any]) -> str | None:
     return f"{_fmt_num(s['rate'])} {s['unit']} total{per}{mean}"
 
 
+def _cost_text(run: ViewedRun) -> str | None:
+    """What the cluster's GPU nodes cost over the run's wall time (its price per hour was known at start)."""
+    rate = run.spec.usd_per_hour
+    if not rate:
+        return None
+    return f"≈ {usd(rate * run.elapsed / 3600)}{'' if _finished(run) else ' so far'} at {usd(rate)}/h"
+
+
 def run_text(run: ViewedRun) -> str:
     """``[run] running  step 12  0:34  loss 0.41  1,234 samples/s  2 workers``."""
     s = _summary(run)
@@ -179,6 +188,8 @@ def run_text(run: ViewedRun) -> str:
         utils = [float(g.get("gpu_util") or 0.0) for g in s["agg"].gpu.values()]
         parts.append(f"GPU {sum(utils) / len(utils):.0f}%")
     parts.append(f"{run.spec.workers} {'GPU' if run.spec.gpu else 'CPU'} workers")
+    if (cost := _cost_text(run)) is not None:
+        parts.append(cost)
     text = "  ".join(parts)
     if run.error is not None:
         text += "\n" + str(run.error)
@@ -226,6 +237,10 @@ def run_html(run: ViewedRun, *, nccl_html: str = "", show_error: bool = True) ->
         stats.append(html.escape(rate))
     if (mfu := _mfu_text(s)) is not None:
         stats.append(f'<span class="raynb-mfu">{html.escape(mfu)}</span>')
+    if (cost := _cost_text(run)) is not None:
+        stats.append(
+            f'<span class="raynb-cost" title="GPU nodes x wall time, {PRICE_BASIS}">{html.escape(cost)}</span>'
+        )
     err = ""
     if run.error is not None and show_error:
         err = (

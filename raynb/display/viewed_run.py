@@ -17,6 +17,9 @@ class RunShape(Protocol):
     @property
     def max_failures(self) -> int: ...
 
+    @property
+    def usd_per_hour(self) -> float | None: ...
+
 
 class ViewedRun(Protocol):
     """The parts of :class:`raynb.Run` the live view, the text line, the badges and the figure read."""

@@ -108,69 +108,37 @@ TOKEN_SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_token_auth_head_is_detected_instead_of_hanging(tmp_path: Path) -> None:
-    """The trap: a head in token mode, a kernel that does not know. raynb asks the dashboard first."""
-    token = "raynb-test-token-" + os.urandom(8).hex()
-    token_file = tmp_path / "head-token"
-    token_file.write_text(token)
-    ports = local._free_ports(3)
-    env_head = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_file)}
-    ray_bin = str(Path(sys.executable).with_name("ray"))
-    temp = f"/tmp/raynb-tok-{os.getpid()}"
-    subprocess.run(
-        [
-            ray_bin,
-            "start",
-            "--head",
-            f"--port={ports[0]}",
-            f"--ray-client-server-port={ports[1]}",
-            f"--dashboard-port={ports[2]}",
-            "--dashboard-host=127.0.0.1",
-            "--node-ip-address=127.0.0.1",
-            "--num-cpus=1",
-            f"--temp-dir={temp}",
-            "--disable-usage-stats",
-        ],
-        env=env_head,
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-    try:
-        home = tmp_path / "home"
-        home.mkdir()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
-        env.update(HOME=str(home), THE_TOKEN=token)
-        results = {}
-        for case in ("fresh", "imported-first"):
-            p = subprocess.run(
-                [
-                    sys.executable,
-                    "-c",
-                    TOKEN_SCRIPT,
-                    f"http://127.0.0.1:{ports[2]}",
-                    f"ray://127.0.0.1:{ports[1]}",
-                    case,
-                ],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=180,
-            )
-            line = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
-            assert line, p.stdout[-2000:] + p.stderr[-3000:]
-            results[case] = json.loads(line[0][7:])
-        out = results["fresh"]
-        assert "requires token authentication" in out["no_token"] and "~/.ray/auth_token" in out["no_token"]
-        assert out["no_token_s"] < 29  # the hang alone takes 30 s: any hang crosses this, however loaded the machine
-        assert out["mode"] == "token" and out["cpus"] == 1.0  # connected, in token mode
-        late = results["imported-first"]
-        # Ray was imported before the token existed: raynb switches it with Ray's own reset and connects
-        # (no time bound here: without the switch the connect never succeeds, and Ray 2.58's Ray Client in token mode
-        # sometimes spends ~30 s on a first attempt that fails before a second one connects -- seen in full runs)
-        assert late["late"] == "connected" and late["late_cpus"] == 1.0, late
-    finally:
-        _stop_head_at(temp)
+def test_token_auth_head_is_detected_instead_of_hanging(cluster: raynb.Cluster, tmp_path: Path) -> None:
+    """The trap: a head in token mode, a kernel that does not know. raynb asks the dashboard first. The head is the
+    session's (token mode, as every embedded head by default); the kernels are fresh processes with a home of their
+    own, so they know no token until the script writes one to ~/.ray/auth_token."""
+    head = cluster.backend.head
+    assert head.token_path, "the session head runs in token mode"
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    env.update(HOME=str(home), THE_TOKEN=Path(head.token_path).read_text().strip())
+    results = {}
+    for case in ("fresh", "imported-first"):
+        p = subprocess.run(
+            [sys.executable, "-c", TOKEN_SCRIPT, head.dashboard_url, cluster.address, case],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        line = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
+        assert line, p.stdout[-2000:] + p.stderr[-3000:]
+        results[case] = json.loads(line[0][7:])
+    out = results["fresh"]
+    assert "requires token authentication" in out["no_token"] and "~/.ray/auth_token" in out["no_token"]
+    assert out["no_token_s"] < 29  # the hang alone takes 30 s: any hang crosses this, however loaded the machine
+    assert out["mode"] == "token" and out["cpus"] == head.num_cpus  # connected, in token mode
+    late = results["imported-first"]
+    # Ray was imported before the token existed: raynb switches it with Ray's own reset and connects
+    # (no time bound here: without the switch the connect never succeeds, and Ray 2.58's Ray Client in token mode
+    # sometimes spends ~30 s on a first attempt that fails before a second one connects -- seen in full runs)
+    assert late["late"] == "connected" and late["late_cpus"] == head.num_cpus, late
 
 
 AFTER_TOKEN_SCRIPT = textwrap.dedent("""
@@ -226,31 +194,3 @@ def test_after_the_token_head_goes_a_head_without_auth_connects(tmp_path: Path) 
     assert out["again_cpus"] is not None and out["again_cpus"] >= 1
     assert out["cpus"] == 1.0
     assert out["inherited_cpus"] == 1.0 and out["inherited_mode"] == "disabled"
-
-
-def _stop_head_at(temp: str) -> None:
-    """Stop only the head that uses ``temp`` (never `ray stop`: it would kill the package's head too)."""
-    import signal
-
-    def pids() -> list[int]:
-        out = []
-        for entry in Path("/proc").iterdir():
-            try:
-                if entry.name.isdigit() and temp.encode() in (entry / "cmdline").read_bytes():
-                    state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-                    if state != "Z":
-                        out.append(int(entry.name))
-            except OSError:
-                pass
-        return out
-
-    # gcs_server and raylet name the session dir under temp in their arguments; the rest die with them
-    for pid in pids():
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    deadline = time.monotonic() + 30
-    while pids() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert pids() == [], f"processes of the head in {temp} survived SIGKILL"

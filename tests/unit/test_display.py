@@ -69,7 +69,7 @@ def _run(records: list[dict], status: str = "running", error: Any = None, attemp
         attempt=attempt,
         elapsed=65.0,
         error=error,
-        spec=SimpleNamespace(workers=2, gpu=False, max_failures=2),
+        spec=SimpleNamespace(workers=2, gpu=False, max_failures=2, usd_per_hour=None),
         aborted_at_step=3,
     )
 

@@ -25,7 +25,7 @@ def _run(records: list[dict], events: list[dict] | None = None, workers: int = 2
         attempt=1,
         elapsed=65.0,
         error=None,
-        spec=SimpleNamespace(workers=workers, gpu=True, max_failures=0),
+        spec=SimpleNamespace(workers=workers, gpu=True, max_failures=0, usd_per_hour=None),
     )
 
 
