@@ -462,6 +462,10 @@ def _supervise(d: Path) -> int:
         # local cluster when given no address, and give up when a machine runs several heads: name ours.
         "RAY_ADDRESS": spec["gcs_address"],
     }
+    # The dashboard gives each of its modules 30 s to start and itself 60 s; on a 2-core machine that is busy (a
+    # build, another kernel's training) MetricsHead misses that and the whole head exits. Minutes beat failing.
+    env.setdefault("RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT", "180")
+    env.setdefault("RAY_DASHBOARD_STARTUP_TIMEOUT_S", "240")
     ray = subprocess.Popen(spec["command"], stdin=subprocess.DEVNULL, env=env)
     print(f"[raynb] supervisor {os.getpid()} started ray pid {ray.pid}", flush=True)
     ownerless = 0
