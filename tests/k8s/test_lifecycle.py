@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -40,11 +41,15 @@ def test_up_ready_status_reuse_down(clean) -> None:
     assert {p.node for p in workers} == {"gpu-0", "gpu-1"} and {(p.gpus, p.efa) for p in workers} == {("4", "1")}
     assert {(n.instance_type, n.gpus, n.efa) for n in st.kube.nodes} >= {("g6.12xlarge", "4", "1")}
     assert f"{NAME}-head" in st.text() and "raynb-pods" in st.html()
+    # what the two GPU nodes cost since the RayCluster was made (its creationTimestamp, seconds ago)
+    assert st.kube.created_at is not None and 0 <= time.time() - st.kube.created_at < 600
+    assert re.search(r"cost 2 × g6\.12xlarge ≈ \$9\.20/h .* · up \d+:\d\d ≈ \$\d+\.\d\d so far", st.text()), st.text()
 
     again = raynb.Cluster.from_name(NAME, connect=False)  # e.g. after a kernel restart
     assert again.kind == "kubernetes" and again.backend.ref == REF
     assert again.backend.values["DLC_IMAGE"] == "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"
     assert again.backend.values["PYTHON_VERSION"] == HERE_PY and again.backend.efa_expected() == (True, False)
+    assert again.backend.hourly_cost() == c.backend.hourly_cost()  # the price survives a kernel restart
     with raynb.Cluster.from_name(NAME, connect=False):
         pass  # attaching never deletes: the with-block only tears down what its own `up` created
     assert kube.get_raycluster(target, REF) is not None
