@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -68,8 +69,14 @@ def one(variant: str, notebook: Path, steps: int) -> dict[str, Any]:
 
     _dist()
     ns = helpers(notebook)
-    head, _, batch = variant.partition("@")  # "liger@16": that head at batch 16
-    head = head.removesuffix("+autotune")  # the child's inductor settings, see child()
+    # "liger@16": that head at batch 16; "+flag"s anywhere: "+autotune" (the child's inductor settings, see child()),
+    # "+cudnn" (attention through cuDNN's fused kernel instead of FlashAttention-2, SDPA's default)
+    flags = set(re.findall(r"\+(\w+)", variant))
+    head, _, batch = re.sub(r"\+\w+", "", variant).partition("@")
+    if "cudnn" in flags:
+        torch.backends.cuda.enable_flash_sdp(False)
+        torch.backends.cuda.enable_mem_efficient_sdp(False)
+        torch.backends.cuda.enable_cudnn_sdp(True)
     cfg = {**CONFIG, "loss_head": head, "steps": steps, **({"batch": int(batch)} if batch else {})}
     t = ns["build_training"](cfg)
     timing = ns["train_steps"](t, cfg, steps)
@@ -83,6 +90,9 @@ def one(variant: str, notebook: Path, steps: int) -> dict[str, Any]:
         "first_step_s": timing["first_step_s"],
         "steps_timed": steps - cfg["warmup"],
         "gpu": name,
+        "sdpa_backends": {
+            k: getattr(torch.backends.cuda, f"{k}_sdp_enabled")() for k in ("flash", "mem_efficient", "cudnn")
+        },
     }
 
 
