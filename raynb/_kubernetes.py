@@ -16,7 +16,7 @@ from typing import Any
 from . import _kube_api as kube
 from . import manifest
 from ._backend import BackendChecks, BackendKind, Say
-from ._cost import HourlyCost, hourly_cost
+from ._cost import HourlyCost, hourly_cost, usd
 from ._identity import default_cluster_name
 from ._kube_state import KubeStatus, RayClusterRef, readiness, spec_differences
 from ._port_forward import PortForward
@@ -228,6 +228,8 @@ def up(
             f"{kube.FIELD_MANAGER}): head + {workers} × {vals.get('GPU_NODE_TYPE')} worker(s), "
             f"{vals.get('GPUS_PER_NODE')} GPU and {vals.get('EFA_PER_NODE')} EFA each"
         )
+        if (cost := hourly_cost(vals, manifest.load_presets())) is not None:
+            say(f"its GPU nodes bill from now: {cost.text()}; `%raycluster down` stops that")
     if vals.get("NETWORK_POLICY", "true") == "true" and live is not None:
         try:
             kube.apply_owned(target, manifest.render_network_policy(vals), live)
@@ -279,6 +281,20 @@ def delete(name: str, settings: Settings, kubeconfig: str | None, say: Say, *, f
     return gone
 
 
+def _cost_cell(rc: Mapping[str, Any]) -> str:
+    """``≈ $9.20/h`` for ``%raycluster list`` (the presets' price of the GPU nodes the spec asks for)."""
+    try:
+        cost = hourly_cost(manifest.values_from_spec(rc), manifest.load_presets())
+    except (
+        KeyError,
+        IndexError,
+        TypeError,
+        ValueError,
+    ):  # a RayCluster raynb did not make may lack what the values need
+        cost = None
+    return f"≈ {usd(cost.usd_per_hour)}/h" if cost is not None else "-"
+
+
 def rows(*, namespace: str | None, context: str | None, kubeconfig: str | None) -> list[dict[str, str]]:
     """One row per RayCluster of ``namespace`` (all when None) in the kubeconfig's ``context``."""
     target = kube.connect_api(context=context, kubeconfig=kubeconfig)
@@ -295,6 +311,7 @@ def rows(*, namespace: str | None, context: str | None, kubeconfig: str | None) 
                 "address": target.where(),
                 "image": manifest.head_image(rc),
                 "owner": (rc["metadata"].get("annotations") or {}).get(OWNER, "-"),
+                "cost": _cost_cell(rc),
             }
         )
     return out

@@ -74,9 +74,9 @@ class Settings:
     )
     start_timeout_s: float = option(120.0, "seconds `up --local` waits for the embedded head")
     connect_timeout_s: float = option(
-        120.0,
-        "seconds Ray Client connects may retry (in token mode Ray 2.58 sometimes spends ~30 s on a first attempt that "
-        "fails before the next one connects)",
+        240.0,
+        "seconds Ray Client connects may retry (in token mode Ray 2.58 sometimes spends ~30 s on an attempt that "
+        "fails before the next one connects; on a busy 2-core machine three such attempts were seen)",
     )
     client_reconnect_grace_s: float = option(
         30.0,

@@ -27,6 +27,7 @@ def test_up_ready_status_reuse_down(clean) -> None:
     c = raynb.up(values=VALUES, set={"PYTHON_VERSION": HERE_PY}, connect=False, timeout=60, progress=say)
     assert any("server-side apply, field manager raynb" in m for m in lines)
     assert any("ready after" in m and "workers 2/2 ready" in m for m in lines), lines
+    assert any("its GPU nodes bill from now: 2 × g6.12xlarge ≈ $9.20/h" in m for m in lines), lines
     target = kube.connect_api()
     rc = kube.get_raycluster(target, REF)
     managers = {(f["manager"], f["operation"]) for f in rc["metadata"]["managedFields"]}

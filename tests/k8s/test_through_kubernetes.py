@@ -82,6 +82,7 @@ def test_raytrain_runs_through_the_kubernetes_path(head_behind_pods, clean, shar
 
         out = run(kc, "%raycluster list --namespace ray-train")
         assert NAME in text(out) and "workers 2/2 ready" in text(out), text(out)
+        assert "COST" in text(out) and "≈ $9.20/h" in text(out), text(out)  # 2 × g6.12xlarge at the presets' price
 
         out = run(kc, "%raycluster logs head --tail 5")
         assert not errors(out), text(out)
