@@ -283,14 +283,10 @@ def delete(name: str, settings: Settings, kubeconfig: str | None, say: Say, *, f
 
 def _cost_cell(rc: Mapping[str, Any]) -> str:
     """``≈ $9.20/h`` for ``%raycluster list`` (the presets' price of the GPU nodes the spec asks for)."""
+    # a RayCluster raynb did not make may lack what the values need
     try:
         cost = hourly_cost(manifest.values_from_spec(rc), manifest.load_presets())
-    except (
-        KeyError,
-        IndexError,
-        TypeError,
-        ValueError,
-    ):  # a RayCluster raynb did not make may lack what the values need
+    except (KeyError, IndexError, TypeError, ValueError):
         cost = None
     return f"≈ {usd(cost.usd_per_hour)}/h" if cost is not None else "-"
 
