@@ -107,17 +107,10 @@ class Cluster:
     def status(self) -> ClusterStatus:
         import ray
 
-        kube_st = self.backend.kube_status()
+        kube_st, cost = self.backend.kube_status(), self.backend.hourly_cost()
         if not ray.is_initialized():
             if kube_st is not None:
-                return ClusterStatus(
-                    self.name,
-                    self.kind,
-                    self.address,
-                    self.dashboard_url,
-                    kube=kube_st,
-                    cost=self.backend.hourly_cost(),
-                )
+                return ClusterStatus(self.name, self.kind, self.address, self.dashboard_url, kube=kube_st, cost=cost)
             raise not_connected()
         nodes = []
         for n in ray.nodes():
@@ -143,7 +136,7 @@ class Cluster:
             dict(ray.available_resources()),
             kube=kube_st,
             warm=_warm_line(),
-            cost=self.backend.hourly_cost(),
+            cost=cost,
         )
 
     def logs(self, which: str = "head", *, tail: int = 200) -> str:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ._identity import local_identity
-from ._kube_state import KubeStatus, RayClusterRef, conditions, node_row, pod_row, readiness
+from ._kube_state import KubeStatus, RayClusterRef, conditions, kube_time, node_row, pod_row, readiness
 from ._pod_diagnosis import Diagnosis, Progress, diagnose_pods, is_hopeless, progress_of
 from .errors import ClusterStartError, KubeError
 from .manifest import head_image
@@ -618,14 +618,5 @@ def kube_status(target: Target, ref: RayClusterRef) -> KubeStatus:
         nrows = [node_row(n) for n in nodes(target) if n["metadata"]["name"] in used]
     except KubeError:  # listing nodes is cluster-scoped: many notebook users may not
         nrows = []
-    return KubeStatus(ref, line, image, prows, nrows, _epoch(rc.get("metadata", {}).get("creationTimestamp")))
-
-
-def _epoch(stamp: str | None) -> float | None:
-    """Kubernetes' RFC 3339 time (``2026-12-03T16:48:52Z``) as epoch seconds."""
-    if not stamp:
-        return None
-    try:
-        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
+    created = kube_time(rc.get("metadata", {}).get("creationTimestamp"))
+    return KubeStatus(ref, line, image, prows, nrows, created.timestamp() if created else None)

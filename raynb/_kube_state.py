@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 __all__ = [
@@ -110,6 +111,16 @@ class KubeStatus:
     nodes: list[NodeRow] = field(default_factory=list)
     #: when the RayCluster was created (epoch seconds): its GPU nodes bill from about then
     created_at: float | None = None
+
+
+def kube_time(raw: Any) -> datetime | None:
+    """A Kubernetes timestamp (RFC 3339 text, ``2026-12-03T16:48:52Z``, or the client's datetime) in UTC."""
+    if isinstance(raw, datetime):
+        return raw if raw.tzinfo else raw.replace(tzinfo=timezone.utc)
+    try:
+        return datetime.fromisoformat(str(raw).replace("Z", "+00:00")) if raw else None
+    except ValueError:
+        return None
 
 
 def pod_row(p: Mapping[str, Any]) -> PodRow:

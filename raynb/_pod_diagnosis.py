@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Literal
 
+from ._kube_state import kube_time
+
 __all__ = ["Diagnosis", "Progress", "diagnose_pod", "diagnose_pods", "is_hopeless", "progress_of"]
 
 #: Image errors that do not heal by waiting (the kubelet retries them forever).
@@ -56,13 +58,7 @@ def _duration(seconds: float) -> str:
 
 def _when(e: Mapping[str, Any]) -> datetime | None:
     """An event's time: ``eventTime`` (events.k8s.io writers such as Karpenter) or ``lastTimestamp`` (core/v1)."""
-    raw = e.get("eventTime") or e.get("lastTimestamp") or e.get("firstTimestamp")
-    if isinstance(raw, datetime):
-        return raw if raw.tzinfo else raw.replace(tzinfo=timezone.utc)
-    try:
-        return datetime.fromisoformat(str(raw).replace("Z", "+00:00")) if raw else None
-    except ValueError:
-        return None
+    return kube_time(e.get("eventTime") or e.get("lastTimestamp") or e.get("firstTimestamp"))
 
 
 def _ordered(events: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

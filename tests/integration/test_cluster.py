@@ -108,6 +108,14 @@ TOKEN_SCRIPT = textwrap.dedent("""
 """)
 
 
+def _script_result(script: str, args: list[str], env: dict[str, str], timeout: float) -> dict:
+    """Run ``script`` in a fresh Python (a kernel that starts clean) and read its ``RESULT {json}`` line."""
+    p = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True, timeout=timeout)
+    line = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert line, p.stdout[-2000:] + p.stderr[-3000:]
+    return json.loads(line[0][7:])
+
+
 def test_token_auth_head_is_detected_instead_of_hanging(cluster: raynb.Cluster, tmp_path: Path) -> None:
     """The trap: a head in token mode, a kernel that does not know. raynb asks the dashboard first. The head is the
     session's (token mode, as every embedded head by default); the kernels are fresh processes with a home of their
@@ -118,18 +126,10 @@ def test_token_auth_head_is_detected_instead_of_hanging(cluster: raynb.Cluster, 
     home.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
     env.update(HOME=str(home), THE_TOKEN=Path(head.token_path).read_text().strip())
-    results = {}
-    for case in ("fresh", "imported-first"):
-        p = subprocess.run(
-            [sys.executable, "-c", TOKEN_SCRIPT, head.dashboard_url, cluster.address, case],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
-        line = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
-        assert line, p.stdout[-2000:] + p.stderr[-3000:]
-        results[case] = json.loads(line[0][7:])
+    results = {
+        case: _script_result(TOKEN_SCRIPT, [head.dashboard_url, cluster.address, case], env, timeout=180)
+        for case in ("fresh", "imported-first")
+    }
     out = results["fresh"]
     assert "requires token authentication" in out["no_token"] and "~/.ray/auth_token" in out["no_token"]
     assert out["no_token_s"] < 29  # the hang alone takes 30 s: any hang crosses this, however loaded the machine
@@ -179,16 +179,7 @@ def test_after_the_token_head_goes_a_head_without_auth_connects(tmp_path: Path) 
     token file went with the head, and Ray in token mode with a missing token refuses every connection."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
     env.update(RAYNB_HOME=str(tmp_path / "a"), RAYNB_LOCAL_DASHBOARD="0")  # the token heads need no dashboard
-    p = subprocess.run(
-        [sys.executable, "-c", AFTER_TOKEN_SCRIPT, str(tmp_path / "b")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
-    line = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert line, p.stdout[-2000:] + p.stderr[-3000:]
-    out = json.loads(line[0][7:])
+    out = _script_result(AFTER_TOKEN_SCRIPT, [str(tmp_path / "b")], env, timeout=400)
     assert out["mode_on_token_head"] == "token"
     assert out["env_after_down"] == [None, None]  # put back as the kernel had them
     assert out["again_cpus"] is not None and out["again_cpus"] >= 1

@@ -12,6 +12,7 @@ from raynb.display import render_bundle
 from raynb.display.cluster_view import cost_text
 from raynb.display.run_view import run_text
 from raynb.manifest import load_presets, resolve_values
+from tests.unit.fake_run import fake_run
 
 
 def test_the_sample_cluster_is_two_g6_12xlarge_at_their_list_price() -> None:
@@ -45,19 +46,7 @@ def test_status_says_the_rate_and_what_it_cost_since_the_raycluster_was_made() -
 
 def _run(status: str, usd_per_hour: float | None) -> SimpleNamespace:
     records = [{"rank": 0, "step": s, "time": 100.0 + s, "loss": 1.0 / s} for s in range(1, 5)]
-    return SimpleNamespace(
-        name="r",
-        status=status,
-        phase=status,
-        records=records,
-        events=[],
-        step=4,
-        attempt=1,
-        elapsed=1800.0,
-        error=None,
-        nccl={},
-        spec=SimpleNamespace(workers=8, gpu=True, max_failures=0, usd_per_hour=usd_per_hour),
-    )
+    return fake_run(records, status=status, workers=8, gpu=True, usd_per_hour=usd_per_hour, elapsed=1800.0)
 
 
 def test_a_runs_summary_says_its_cost_on_a_priced_cluster_only() -> None:

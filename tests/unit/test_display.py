@@ -9,6 +9,7 @@ from typing import Any
 from raynb.display import LiveView, render_bundle
 from raynb.display import series as S
 from raynb.display.svg import line_chart
+from tests.unit.fake_run import fake_run
 
 
 def _recs(ranks: int = 2, steps: int = 5, dt: float = 0.5, samples: int = 64, loss0: float = 2.0) -> list[dict]:
@@ -59,19 +60,7 @@ def test_svg_chart_counts_points_and_stays_small() -> None:
 
 
 def _run(records: list[dict], status: str = "running", error: Any = None, attempt: int = 1) -> SimpleNamespace:
-    return SimpleNamespace(
-        name="r1",
-        status=status,
-        phase=status,
-        records=records,
-        events=[],
-        step=max((r["step"] for r in records), default=0),
-        attempt=attempt,
-        elapsed=65.0,
-        error=error,
-        spec=SimpleNamespace(workers=2, gpu=False, max_failures=2, usd_per_hour=None),
-        aborted_at_step=3,
-    )
+    return fake_run(records, status=status, error=error, attempt=attempt, max_failures=2, aborted_at_step=3)
 
 
 def test_bundle_has_html_and_text() -> None:

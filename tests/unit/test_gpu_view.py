@@ -9,24 +9,14 @@ from types import SimpleNamespace
 from raynb._gpu_sampler import GpuSampler
 from raynb.display import render_bundle
 from raynb.display.aggregate import Aggregate
+from tests.unit.fake_run import fake_run
 
 SEQ = 2048
 FPT = 6 * 1_543_714_304 + 12 * 28 * 1536 * SEQ  # Qwen2.5-1.5B at 2048 (tests/unit/test_flops.py)
 
 
 def _run(records: list[dict], events: list[dict] | None = None, workers: int = 2) -> SimpleNamespace:
-    return SimpleNamespace(
-        name="gpu-run",
-        status="running",
-        phase="running",
-        records=records,
-        events=events or [],
-        step=max((r["step"] for r in records if r.get("kind") != "gpu"), default=0),
-        attempt=1,
-        elapsed=65.0,
-        error=None,
-        spec=SimpleNamespace(workers=workers, gpu=True, max_failures=0, usd_per_hour=None),
-    )
+    return fake_run(records, name="gpu-run", events=events or [], workers=workers, gpu=True)
 
 
 def _steps(ranks: int, steps: int, tokens: int = 16384, dt: float = 0.35) -> list[dict]:
