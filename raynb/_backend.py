@@ -58,6 +58,10 @@ class Backend(Protocol):
         """What the cluster's GPU nodes cost per hour (presets' prices); None where nothing is billed or known."""
         ...
 
+    def grows_to(self) -> dict[str, float] | None:
+        """The cluster's resources at full size when it is autoscaled (None: what it has now is all it has)."""
+        ...
+
     def logs(self, which: str, tail: int) -> str: ...
 
     def down(self, say: Say, *, force: bool = False) -> None:

@@ -19,18 +19,28 @@ PRICE_BASIS = "on-demand list price, us-east-1"
 @dataclass(frozen=True)
 class HourlyCost:
     instance_type: str
+    #: the GPU nodes the cluster has (autoscaled: the most it grows to)
     nodes: int
     usd_per_node_hour: float
+    #: autoscaled clusters: the fewest GPU nodes, kept when idle (None: a fixed size)
+    min_nodes: int | None = None
 
     @property
     def usd_per_hour(self) -> float:
+        """At full size (autoscaled clusters cost less while they run fewer nodes)."""
         return self.nodes * self.usd_per_node_hour
 
     def usd_for(self, seconds: float) -> float:
         return self.usd_per_hour * max(seconds, 0.0) / 3600.0
 
     def text(self) -> str:
-        """``2 x g6.12xlarge ≈ $9.20/h (on-demand list price, us-east-1)``."""
+        """``2 × g6.12xlarge ≈ $9.20/h (on-demand list price, us-east-1)``; autoscaled:
+        ``0–2 × g6.12xlarge, up to $9.20/h (...)``."""
+        if self.min_nodes is not None:
+            return (
+                f"{self.min_nodes}–{self.nodes} × {self.instance_type}, up to {usd(self.usd_per_hour)}/h "
+                f"({usd(self.usd_per_node_hour)} per node-hour, {PRICE_BASIS})"
+            )
         return f"{self.nodes} × {self.instance_type} ≈ {usd(self.usd_per_hour)}/h ({PRICE_BASIS})"
 
 
@@ -49,4 +59,5 @@ def hourly_cost(values: Mapping[str, str], presets: Mapping[str, Mapping[str, An
     price = (presets.get(itype) or {}).get("usd_per_hour")
     if not itype or nodes <= 0 or price is None:
         return None
-    return HourlyCost(itype, nodes, float(price))
+    least = values.get("GPU_MIN_NODES") if values.get("AUTOSCALING") == "true" else None
+    return HourlyCost(itype, nodes, float(price), int(least) if least and least.isdigit() else None)

@@ -46,6 +46,9 @@ class EmbeddedBackend:
     def hourly_cost(self) -> None:
         return None  # this machine: nothing billed per hour by raynb's doing
 
+    def grows_to(self) -> None:
+        return None  # this machine's cores and GPUs, all there now
+
     def logs(self, which: str, tail: int) -> str:
         raise UsageError(
             "Container logs exist for Kubernetes clusters only.",

@@ -22,6 +22,7 @@ from ._kube_state import KubeStatus, RayClusterRef, readiness, spec_differences
 from ._port_forward import PortForward
 from ._session import check_versions, dashboard_get
 from ._settings import Settings, raynb_home
+from .display.run_view import clock
 from .errors import KubeError, ManifestError, NotConnectedError
 
 __all__ = ["KubernetesBackend", "up", "attach", "delete", "rows", "named_raycluster"]
@@ -95,6 +96,17 @@ class KubernetesBackend:
     def hourly_cost(self) -> HourlyCost | None:
         return hourly_cost(self.values, manifest.load_presets())
 
+    def grows_to(self) -> dict[str, float] | None:
+        """An autoscaled cluster's resources at full size (its workers may be at zero now)."""
+        v = self.values
+        if not manifest.autoscaled(v):
+            return None
+        try:
+            nodes, head_cpu = int(v["GPU_NODE_COUNT"]), float(v.get("HEAD_CPU") or 0)
+            return {"GPU": nodes * float(v["GPUS_PER_NODE"]), "CPU": head_cpu + nodes * float(v["WORKER_CPU"])}
+        except (KeyError, ValueError):
+            return None  # a cluster raynb did not make: what it has now is all raynb can say
+
     def logs(self, which: str, tail: int) -> str:
         name, text = kube.pod_logs(self.target, self.ref, which, tail=tail)
         return (
@@ -164,6 +176,15 @@ def _refuse_unless_owner(rc: Mapping[str, Any] | None, me: str, action: str, for
     )
 
 
+def _compared(spec: Mapping[str, Any], vals: Mapping[str, str]) -> Mapping[str, Any]:
+    """The part of the wanted spec a live cluster must match: an autoscaled cluster's autoscaler owns its worker
+    groups' ``replicas`` (a cluster grown for a run is the same cluster)."""
+    if not manifest.autoscaled(vals):
+        return spec
+    groups = [{k: v for k, v in g.items() if k != "replicas"} for g in spec["workerGroupSpecs"]]
+    return {**spec, "workerGroupSpecs": groups}
+
+
 def _render(
     values: str | Mapping[str, str] | None,
     overrides: Mapping[str, Any],
@@ -203,7 +224,7 @@ def up(
     obj["metadata"].setdefault("annotations", {})[OWNER] = me
     live = kube.get_raycluster(target, ref)
     if live is not None:
-        diffs = spec_differences(obj["spec"], live.get("spec", {}))
+        diffs = spec_differences(_compared(obj["spec"], vals), live.get("spec", {}))
         _refuse_unless_owner(live, me, "recreate" if diffs and recreate else "reuse", force)
         if diffs and not recreate:
             shown = diffs[:12] + ([f"... and {len(diffs) - 12} more"] if len(diffs) > 12 else [])
@@ -222,14 +243,22 @@ def up(
             say(f"reusing RayCluster {ref.namespace}/{ref.name} (same spec)")
     if live is None:
         live = kube.apply_raycluster(target, obj) or kube.get_raycluster(target, ref)  # (apply may answer empty)
-        workers = sum(int(g.get("replicas", 0)) for g in obj["spec"]["workerGroupSpecs"])
+        workers = vals.get("GPU_NODE_COUNT")
+        if manifest.autoscaled(vals):
+            workers = f"{vals['GPU_MIN_NODES']}–{workers}"
         say(
             f"applied RayCluster {ref.namespace}/{ref.name} (server-side apply, field manager "
             f"{kube.FIELD_MANAGER}): head + {workers} × {vals.get('GPU_NODE_TYPE')} worker(s), "
             f"{vals.get('GPUS_PER_NODE')} GPU and {vals.get('EFA_PER_NODE')} EFA each"
         )
+        if manifest.autoscaled(vals):
+            say(
+                "the workers are autoscaled (KubeRay's autoscaler, in the head pod): added when a run needs them "
+                f"(a new node takes minutes), removed after {clock(float(vals['IDLE_TIMEOUT_S']))} without work"
+            )
         if (cost := hourly_cost(vals, manifest.load_presets())) is not None:
-            say(f"its GPU nodes bill from now: {cost.text()}; `%raycluster down` stops that")
+            when = "while they run" if cost.min_nodes is not None else "from now"
+            say(f"its GPU nodes bill {when}: {cost.text()}; `%raycluster down` stops that")
     if vals.get("NETWORK_POLICY", "true") == "true" and live is not None:
         try:
             kube.apply_owned(target, manifest.render_network_policy(vals), live)
@@ -288,7 +317,9 @@ def _cost_cell(rc: Mapping[str, Any]) -> str:
         cost = hourly_cost(manifest.values_from_spec(rc), manifest.load_presets())
     except (KeyError, IndexError, TypeError, ValueError):
         cost = None
-    return f"≈ {usd(cost.usd_per_hour)}/h" if cost is not None else "-"
+    if cost is None:
+        return "-"
+    return f"≤ {usd(cost.usd_per_hour)}/h" if cost.min_nodes is not None else f"≈ {usd(cost.usd_per_hour)}/h"
 
 
 def rows(*, namespace: str | None, context: str | None, kubeconfig: str | None) -> list[dict[str, str]]:

@@ -351,8 +351,11 @@ def warm(
         return group
     from ._train import check_resources
 
-    check_resources(shape.workers, shape.gpu, shape.cpus_per_worker)
-    _check_free(shape)
+    growing = check_resources(shape.workers, shape.gpu, shape.cpus_per_worker)
+    if growing:  # an autoscaled cluster below the group's size: it grows for the group
+        print(growing)
+    else:
+        _check_free(shape)
     idle = settings.warm_idle_timeout_s if idle_timeout_s is None else idle_timeout_s
     _group = WarmGroup(shape, settings, idle)
     print(

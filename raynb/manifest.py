@@ -35,6 +35,7 @@ __all__ = [
     "validate",
     "values_from_spec",
     "head_image",
+    "autoscaled",
     "main",
 ]
 
@@ -135,7 +136,8 @@ def resolve_values(
     presets: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, str]:
     """Values file + overrides, with the instance preset's numbers for what the overrides do not set."""
-    merged = {**(values if values is not None else load_values()), **(overrides or {})}
+    base = values if values is not None else load_values()
+    merged = {**base, **(overrides or {})}
     if not merged.get("RAY_CLUSTER_NAME"):
         merged["RAY_CLUSTER_NAME"] = default_cluster_name()  # ray-train-<you>: see _identity.py
     for group, legacy in (("SYSTEM", "system"), ("GPU", None)):
@@ -145,6 +147,7 @@ def resolve_values(
             merged[f"{group}_NODE_SELECTOR"] = f"role: {role}" if role else ""
         merged.setdefault(f"{group}_TOLERATIONS", GPU_TAINT_TOLERATION if group == "GPU" else "")
     merged.setdefault("RAY_AUTH_MODE", "token")
+    _resolve_scaling(merged, base, overrides or {})
     presets = presets if presets is not None else load_presets()
     itype = merged.get("GPU_NODE_TYPE", "")
     preset = presets.get(itype)
@@ -170,6 +173,36 @@ def resolve_values(
     merged["GPUDIRECT_RDMA"] = "true" if preset.get("gdr") else "false"
     merged.setdefault("HUGEPAGES_2MI", str(preset.get("hugepages_2mi", "")))
     return merged
+
+
+def _resolve_scaling(merged: dict[str, str], values: Mapping[str, str], overrides: Mapping[str, str]) -> None:
+    """GPU_MIN_NODES .. GPU_NODE_COUNT worker nodes; AUTOSCALING follows from the two. A values file whose minimum
+    equals its count means a fixed size, so ``--set GPU_NODE_COUNT=N`` alone moves both."""
+    if "GPU_MIN_NODES" not in overrides and values.get("GPU_MIN_NODES", "") in ("", values.get("GPU_NODE_COUNT")):
+        merged["GPU_MIN_NODES"] = merged.get("GPU_NODE_COUNT", "")
+    try:
+        most, least = int(merged.get("GPU_NODE_COUNT") or 0), int(merged.get("GPU_MIN_NODES") or 0)
+        idle = int(merged.setdefault("IDLE_TIMEOUT_S", "600"))
+    except ValueError:
+        raise ManifestError(
+            "GPU_NODE_COUNT, GPU_MIN_NODES and IDLE_TIMEOUT_S are whole numbers; "
+            f"the values give {merged.get('GPU_NODE_COUNT')!r}, {merged.get('GPU_MIN_NODES')!r} and "
+            f"{merged.get('IDLE_TIMEOUT_S')!r}.",
+            fix="e.g. --set GPU_NODE_COUNT=2 --set GPU_MIN_NODES=0 --set IDLE_TIMEOUT_S=600",
+        ) from None
+    if not 0 <= least <= most or idle < 0:
+        raise ManifestError(
+            f"GPU_MIN_NODES={least} must be between 0 and GPU_NODE_COUNT={most} (IDLE_TIMEOUT_S={idle}: 0 or more).",
+            fix=f"--set GPU_MIN_NODES=0 scales the workers from zero up to {most}; --set GPU_MIN_NODES={most} "
+            "keeps the cluster at its full size",
+        )
+    merged["GPU_MIN_NODES"] = str(least)
+    merged["AUTOSCALING"] = "true" if least < most else "false"
+
+
+def autoscaled(values: Mapping[str, str]) -> bool:
+    """Do the (resolved) values make the workers an autoscaled group (fewer nodes at rest than at most)?"""
+    return values.get("AUTOSCALING") == "true"
 
 
 def _substitute(text: str, values: Mapping[str, str]) -> str:
@@ -287,6 +320,7 @@ def values_from_spec(rc: Mapping[str, Any]) -> dict[str, str]:
     """The inverse of :func:`render`, as far as a live RayCluster tells: the values raynb needs to work with a cluster
     it did not create in this kernel (versions, image, instance type, GPUs, EFA, GPUDirect RDMA)."""
     ann = rc.get("metadata", {}).get("annotations", {})
+    groups = rc["spec"].get("workerGroupSpecs", [])
     vals = {
         "RAY_VERSION": rc["spec"].get("rayVersion", ""),
         "PYTHON_VERSION": ann.get("raynb.io/python-version", ""),
@@ -294,7 +328,10 @@ def values_from_spec(rc: Mapping[str, Any]) -> dict[str, str]:
         "GPU_NODE_TYPE": ann.get("raynb.io/gpu-node-type", ""),
         "RAY_AUTH_MODE": str((rc["spec"].get("authOptions") or {}).get("mode", "disabled")),
         "STORAGE_PATH": ann.get("raynb.io/storage-path", ""),
-        "GPU_NODE_COUNT": str(sum(int(g.get("replicas", 0)) for g in rc["spec"].get("workerGroupSpecs", []))),
+        "GPU_NODE_COUNT": str(sum(int(g.get("maxReplicas", g.get("replicas", 0))) for g in groups)),
+        "GPU_MIN_NODES": str(sum(int(g.get("minReplicas", g.get("replicas", 0))) for g in groups)),
+        "AUTOSCALING": "true" if rc["spec"].get("enableInTreeAutoscaling") else "false",
+        "IDLE_TIMEOUT_S": str((rc["spec"].get("autoscalerOptions") or {}).get("idleTimeoutSeconds", "")),
     }
     head = rc["spec"].get("headGroupSpec", {}).get("template", {}).get("spec", {})
     claim = next((v for v in head.get("volumes") or [] if v.get("name") == "shared"), None)

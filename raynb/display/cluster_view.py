@@ -24,6 +24,12 @@ def cost_text(st: ClusterStatus, now: float | None = None) -> str | None:
     if created is None:
         return f"cost {st.cost.text()}"
     up = max((time.time() if now is None else now) - created, 0.0)
+    if st.cost.min_nodes is not None:  # autoscaled: what runs now is known, not how long each node ran
+        placed = sum(1 for p in st.kube.pods if p.role == "worker" and p.node != "-") if st.kube else 0
+        return (
+            f"cost {st.cost.text()} · {placed} on nodes now ≈ {usd(placed * st.cost.usd_per_node_hour)}/h · "
+            f"up {clock(up)}, at most {usd(st.cost.usd_for(up))} so far"
+        )
     return f"cost {st.cost.text()} · up {clock(up)} ≈ {usd(st.cost.usd_for(up))} so far"
 
 

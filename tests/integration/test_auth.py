@@ -6,7 +6,9 @@ test can tell the difference.
 The other user has no Python with Ray here (this venv's interpreter lives under /root), so it speaks Ray Client's
 protocol directly: one gRPC call (``ray.rpc.RayletDriver/ClusterInfo``, an empty request) to the Ray Client port with
 curl. Ray's server answers ``UNAUTHENTICATED`` (grpc-status 16) without a token; without auth the call reaches the
-service."""
+service.
+
+Also here: a kernel that used a token head, stopped it, then connects to a head without auth (the control's head)."""
 
 from __future__ import annotations
 
@@ -14,16 +16,37 @@ import json
 import os
 import pwd
 import subprocess
+import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import raynb
 from raynb import _embedded_head as local
+from tests.integration.fresh_python import script_result
 
 OTHER = "raynb-other"
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="creating a second Unix user needs root")
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="creating a second Unix user needs root")
+
+
+@pytest.fixture(scope="module")
+def open_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[local.LocalHead]:
+    """A head started with ``auth=False`` (``--no-auth``), in a RAYNB_HOME of its own; this process its owner."""
+    home, saved = str(tmp_path_factory.mktemp("open-head")), os.environ["RAYNB_HOME"]
+    os.environ["RAYNB_HOME"] = home
+    try:
+        head = local.start_head(num_cpus=1, timeout=180, auth=False)
+    finally:
+        os.environ["RAYNB_HOME"] = saved
+    yield head
+    os.environ["RAYNB_HOME"] = home
+    try:
+        local.stop_head(head)
+        local.remove_owner()
+    finally:
+        os.environ["RAYNB_HOME"] = saved
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +119,7 @@ def _ray_client_call(client_address: str, tmp_path: Path) -> str:
     return status[0]
 
 
+@needs_root
 def test_another_user_cannot_submit_jobs_or_connect(cluster: raynb.Cluster, other_user: str, tmp_path: Path) -> None:
     head = cluster.backend.head
     assert head.token_path and oct(Path(head.token_path).stat().st_mode & 0o777) == "0o600"
@@ -112,15 +136,53 @@ def test_another_user_cannot_submit_jobs_or_connect(cluster: raynb.Cluster, othe
     assert ray.cluster_resources()["CPU"] >= 1  # the owner's connection is untouched
 
 
-def test_the_control_without_auth_lets_the_other_user_in(other_user: str, tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setenv("RAYNB_HOME", str(tmp_path / "home"))
-    head = local.start_head(num_cpus=1, timeout=180, auth=False)
-    try:
-        assert head.token_path is None
-        marker = Path("/tmp") / f"raynb-auth-control-{os.getpid()}"
-        p = _submit_job(head.dashboard_url, marker)
-        assert p.stdout == "200", (p.stdout, p.stderr)  # accepted: this is the hole token auth closes
-        assert _ray_client_call(head.client_address, tmp_path) != "16"  # and Ray Client's service answers
-    finally:
-        local.stop_head(head)
-        local.remove_owner()
+@needs_root
+def test_the_control_without_auth_lets_the_other_user_in(
+    open_head: local.LocalHead, other_user: str, tmp_path: Path
+) -> None:
+    assert open_head.token_path is None
+    marker = Path("/tmp") / f"raynb-auth-control-{os.getpid()}"
+    p = _submit_job(open_head.dashboard_url, marker)
+    assert p.stdout == "200", (p.stdout, p.stderr)  # accepted: this is the hole token auth closes
+    assert _ray_client_call(open_head.client_address, tmp_path) != "16"  # and Ray Client's service answers
+
+
+AFTER_TOKEN_SCRIPT = textwrap.dedent("""
+    import json, os, sys
+    import raynb
+    from raynb import _session
+    out = {}
+    c = raynb.up(local=True)                      # the default: a token head; its token file lives in its state dir
+    out["mode_on_token_head"] = os.environ.get("RAY_AUTH_MODE")
+    c.down()                                      # ... and goes with it
+    out["env_after_down"] = [os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH")]
+    c = raynb.up(local=True)                      # a new head: a new token at the same path (Ray caches the old one)
+    import ray
+    out["again_cpus"] = ray.cluster_resources().get("CPU")
+    c.down()
+    client_address, dashboard_url = sys.argv[1:3]          # a head without auth
+    _session.connect(client_address, timeout=60)           # no dashboard to ask
+    out["cpus"] = ray.cluster_resources().get("CPU")
+    # A kernel started with a token environment whose file is gone (what a kernel inherits from a shell that
+    # once used a token head): the head's dashboard says 'disabled', so raynb turns token mode off.
+    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH="/nonexistent/auth_token")
+    _session._switch_auth_mode(token=True)
+    _session.connect(client_address, dashboard_url=dashboard_url, timeout=60)
+    out["inherited_cpus"] = ray.cluster_resources().get("CPU")
+    out["inherited_mode"] = os.environ.get("RAY_AUTH_MODE")
+    ray.shutdown()
+    print("RESULT " + json.dumps(out))
+""")
+
+
+def test_after_the_token_head_goes_a_head_without_auth_connects(open_head: local.LocalHead, tmp_path: Path) -> None:
+    """A kernel that used the embedded head (token mode), stopped it, and then connects to a head without auth: the
+    token file went with the head, and Ray in token mode with a missing token refuses every connection."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    env.update(RAYNB_HOME=str(tmp_path / "a"), RAYNB_LOCAL_DASHBOARD="0")  # the token heads need no dashboard
+    out = script_result(AFTER_TOKEN_SCRIPT, [open_head.client_address, open_head.dashboard_url], env, timeout=400)
+    assert out["mode_on_token_head"] == "token"
+    assert out["env_after_down"] == [None, None]  # put back as the kernel had them
+    assert out["again_cpus"] is not None and out["again_cpus"] >= 1
+    assert out["cpus"] == 1.0
+    assert out["inherited_cpus"] == 1.0 and out["inherited_mode"] == "disabled"

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
-import sys
 import textwrap
 import time
 import urllib.request
@@ -17,6 +15,7 @@ import pytest
 import raynb
 from raynb import _embedded_head as local
 from raynb.errors import InsufficientResourcesError
+from tests.integration.fresh_python import script_result
 
 
 def test_every_head_socket_listens_on_loopback_only(cluster: raynb.Cluster) -> None:
@@ -108,14 +107,6 @@ TOKEN_SCRIPT = textwrap.dedent("""
 """)
 
 
-def _script_result(script: str, args: list[str], env: dict[str, str], timeout: float) -> dict:
-    """Run ``script`` in a fresh Python (a kernel that starts clean) and read its ``RESULT {json}`` line."""
-    p = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True, timeout=timeout)
-    line = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert line, p.stdout[-2000:] + p.stderr[-3000:]
-    return json.loads(line[0][7:])
-
-
 def test_token_auth_head_is_detected_instead_of_hanging(cluster: raynb.Cluster, tmp_path: Path) -> None:
     """The trap: a head in token mode, a kernel that does not know. raynb asks the dashboard first. The head is the
     session's (token mode, as every embedded head by default); the kernels are fresh processes with a home of their
@@ -127,7 +118,7 @@ def test_token_auth_head_is_detected_instead_of_hanging(cluster: raynb.Cluster, 
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
     env.update(HOME=str(home), THE_TOKEN=Path(head.token_path).read_text().strip())
     results = {
-        case: _script_result(TOKEN_SCRIPT, [head.dashboard_url, cluster.address, case], env, timeout=180)
+        case: script_result(TOKEN_SCRIPT, [head.dashboard_url, cluster.address, case], env, timeout=180)
         for case in ("fresh", "imported-first")
     }
     out = results["fresh"]
@@ -139,49 +130,3 @@ def test_token_auth_head_is_detected_instead_of_hanging(cluster: raynb.Cluster, 
     # (no time bound here: without the switch the connect never succeeds, and Ray 2.58's Ray Client in token mode
     # sometimes spends ~30 s on a first attempt that fails before a second one connects -- seen in full runs)
     assert late["late"] == "connected" and late["late_cpus"] == head.num_cpus, late
-
-
-AFTER_TOKEN_SCRIPT = textwrap.dedent("""
-    import json, os, sys
-    import raynb
-    from raynb import _embedded_head as local, _session
-    out = {}
-    c = raynb.up(local=True)                      # the default: a token head; its token file lives in its state dir
-    out["mode_on_token_head"] = os.environ.get("RAY_AUTH_MODE")
-    c.down()                                      # ... and goes with it
-    out["env_after_down"] = [os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH")]
-    c = raynb.up(local=True)                      # a new head: a new token at the same path (Ray caches the old one)
-    import ray
-    out["again_cpus"] = ray.cluster_resources().get("CPU")
-    c.down()
-    os.environ["RAYNB_HOME"] = sys.argv[1]
-    head = local.start_head(num_cpus=1, timeout=180, auth=False, dashboard=True)
-    try:
-        _session.connect(head.client_address, timeout=60)   # no dashboard to ask
-        out["cpus"] = ray.cluster_resources().get("CPU")
-        # A kernel started with a token environment whose file is gone (what a kernel inherits from a shell that
-        # once used a token head): the head's dashboard says 'disabled', so raynb turns token mode off.
-        os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH="/nonexistent/auth_token")
-        _session._switch_auth_mode(token=True)
-        _session.connect(head.client_address, dashboard_url=head.dashboard_url, timeout=60)
-        out["inherited_cpus"] = ray.cluster_resources().get("CPU")
-        out["inherited_mode"] = os.environ.get("RAY_AUTH_MODE")
-        ray.shutdown()
-    finally:
-        local.stop_head(head)
-        local.remove_owner()
-    print("RESULT " + json.dumps(out))
-""")
-
-
-def test_after_the_token_head_goes_a_head_without_auth_connects(tmp_path: Path) -> None:
-    """A kernel that used the embedded head (token mode), stopped it, and then connects to a head without auth: the
-    token file went with the head, and Ray in token mode with a missing token refuses every connection."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
-    env.update(RAYNB_HOME=str(tmp_path / "a"), RAYNB_LOCAL_DASHBOARD="0")  # the token heads need no dashboard
-    out = _script_result(AFTER_TOKEN_SCRIPT, [str(tmp_path / "b")], env, timeout=400)
-    assert out["mode_on_token_head"] == "token"
-    assert out["env_after_down"] == [None, None]  # put back as the kernel had them
-    assert out["again_cpus"] is not None and out["again_cpus"] >= 1
-    assert out["cpus"] == 1.0
-    assert out["inherited_cpus"] == 1.0 and out["inherited_mode"] == "disabled"

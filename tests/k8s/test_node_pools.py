@@ -17,6 +17,8 @@ from conftest import HERE_PY, NAME, VALUES, apply, controlplane, delete
 
 import raynb
 from raynb import _kube_api as kube
+from raynb._cluster_status import ClusterStatus
+from raynb.display.cluster_view import cost_text
 from raynb.errors import ClusterStartError
 
 NS = "ray-train"
@@ -111,3 +113,39 @@ def test_a_pool_that_scales_from_zero_is_waited_for_and_said(clean) -> None:
     finally:
         for n in nodes:
             delete(clean, "v1", "Node", n["name"])
+
+
+def test_an_autoscaled_cluster_starts_without_gpu_nodes_and_gets_the_operators_autoscaler(clean) -> None:
+    """GPU_MIN_NODES=0: `up` is ready with the head alone (no GPU node bills), KubeRay's operator adds the autoscaler
+    to the head pod and the permission it needs; `up`, status and `list` say what it costs while workers run. (The
+    autoscaler's scaling needs a real Ray head inside the pod: on this stack the pods are kwok's, so it is not run.)"""
+    from kubernetes import client
+
+    lines: list[str] = []
+    c = raynb.up(
+        values=VALUES,
+        set={"PYTHON_VERSION": HERE_PY, "GPU_MIN_NODES": "0", "IDLE_TIMEOUT_S": "300"},
+        connect=False,
+        timeout=60,
+        progress=lines.append,
+    )
+    try:
+        target = kube.connect_api()
+        assert _workers(target) == []  # nothing on a GPU node until a run asks for one
+        ref = kube.RayClusterRef(NAME, NS)
+        (head,) = [p for p in kube.pods(target, ref) if p["metadata"]["labels"].get("ray.io/node-type") == "head"]
+        assert "autoscaler" in [x["name"] for x in head["spec"]["containers"]], head["spec"]["containers"]
+        role = client.RbacAuthorizationV1Api(clean.api()).read_namespaced_role(NAME, NS)
+        assert any("rayclusters" in (r.resources or []) and "patch" in (r.verbs or []) for r in role.rules), role
+        text = "\n".join(lines)
+        assert "head + 0–2 × g6.12xlarge worker(s)" in text and "removed after 5:00 without work" in text, text
+        assert "bill while they run: 0–2 × g6.12xlarge, up to $9.20/h" in text, text
+        line = cost_text(
+            ClusterStatus(NAME, "kubernetes", None, None, kube=c.backend.kube_status(), cost=c.backend.hourly_cost())
+        )
+        assert line is not None and "0 on nodes now ≈ $0.00/h" in line, line
+        row = next(r for r in raynb.clusters(namespace=NS) if r["name"] == NAME)
+        assert row["cost"] == "≤ $9.20/h", row
+        assert c.backend.grows_to() == {"GPU": 8.0, "CPU": 2.0 + 2 * 40.0}  # what a run is checked against
+    finally:
+        c.down(progress=lambda _m: None)

@@ -1,6 +1,6 @@
 """Runs belong to the cluster, in real kernels on the embedded cluster: a background run while other cells execute;
-a run that outlives a kernel killed with SIGKILL and is attached from a new kernel with its whole curve; a run
-stopped from another kernel; and the refusals around names and `down`."""
+a run that outlives a kernel killed with SIGKILL, is attached from a new kernel with its whole curve and is said to
+be gone once its head starts again; a run stopped from another kernel; and the refusals around names and `down`."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def test_a_run_outlives_a_killed_kernel_and_is_attached_from_a_new_one(
 ) -> None:
     """On a head of its own: the run's lease keeps the head up after its kernel is killed; a new kernel lists,
     follows, attaches and removes it; once the run has ended (plus the idle delay, shortened here) and no kernel uses
-    the head, the head goes."""
+    the head, the head goes; the head started again does not know the run and says where its checkpoints are."""
     env = _own_head(home, tmp_path)
     with kernel(env=env) as (km, kc):
         up = run(kc, "%load_ext raynb\n%raycluster up --local", timeout=300)
@@ -153,11 +153,20 @@ def test_a_run_outlives_a_killed_kernel_and_is_attached_from_a_new_one(
     while (d / "head.json").exists() and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not (d / "head.json").exists(), "the head must stop once its runs' leases end and no kernel uses it"
+    # a new head (on Kubernetes: the head pod replaced): the run is gone with the old one, said so with the way back
+    with kernel(env=env) as (_km, kc):
+        up = run(kc, "%load_ext raynb\n%raycluster up --local", timeout=300)
+        assert "embedded Ray head ready" in text(up), text(up)  # a new head, not the old one
+        lost = errors(run(kc, "%raytrain attach outlive", timeout=60))
+        assert lost and "The run 'outlive' is gone with this cluster's head" in lost[0]["evalue"], lost
+        fix = "".join(lost[0]["traceback"])
+        assert re.search(r"checkpoints it saved are under \S+/outlive: run the cell again with `--name outlive`", fix)
+        run(kc, "%raycluster down", timeout=120)
 
 
-def test_stop_from_another_kernel_and_the_refusals(home: dict[str, str], tmp_path: Path) -> None:
-    env = _own_head(home, tmp_path)  # the head is stopped and started again
-    with kernel(env=env) as (_km, a), kernel(env=env) as (_km2, b):
+def test_stop_from_another_kernel_and_the_refusals(home: dict[str, str]) -> None:
+    """On the session's head: a run stopped from a second kernel, and the refusals around names and `down`."""
+    with kernel(env=home) as (_km, a), kernel(env=home) as (_km2, b):
         for kc in (a, b):
             up = run(kc, "%load_ext raynb\nimport raynb\n%raycluster up --local", timeout=300)
             assert not errors(up), text(up)
@@ -181,13 +190,3 @@ def test_stop_from_another_kernel_and_the_refusals(home: dict[str, str], tmp_pat
         assert again and "has already ended (aborted)" in again[0]["evalue"], again
         unknown = errors(run(b, "%raytrain attach nope", timeout=60))
         assert unknown and "No run named 'nope'" in unknown[0]["evalue"] and "long" in "".join(unknown[0]["traceback"])
-        run(b, "%raycluster disconnect", timeout=60)
-        # the head stops and starts again (on Kubernetes: its pod is replaced): the run is gone with it, said so
-        run(a, "%raycluster down", timeout=120)
-        up = run(a, "%raycluster up --local", timeout=300)
-        assert "embedded Ray head ready" in text(up), text(up)  # a new head, not the old one
-        lost = errors(run(a, "%raytrain attach long", timeout=60))
-        assert lost and "The run 'long' is gone with this cluster's head" in lost[0]["evalue"], lost
-        fix = "".join(lost[0]["traceback"])
-        assert re.search(r"checkpoints it saved are under \S+/long: run the cell again with `--name long`", fix), fix
-    # (no `down`: with both kernels gone the head stops by itself, as the test above shows)

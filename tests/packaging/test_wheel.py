@@ -1,6 +1,6 @@
 """raynb built as a wheel and installed into a fresh venv, used from outside the repository: `%raycluster render`
-finds the packaged manifests, `python -m raynb.nccl --help` runs, and the quickstart's first training cell trains on
-the embedded cluster.
+finds the packaged manifests, `python -m raynb.nccl --help` runs, and the quickstart notebook runs top to bottom on
+the embedded cluster (the README's main job).
 
 The fresh venv gets raynb from the wheel alone; its dependencies (Ray, torch, ...) come from this test's venv through
 one path line (not its .pth files, so the repository's editable raynb stays out of sight). That keeps the test
@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import site
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
+import nbformat
 import pytest
+
+from raynb.notebook import summarise
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -88,19 +92,29 @@ def test_render_and_nccl_cli_outside_the_repo(fresh: dict) -> None:
     assert p.returncode == 0 and "NCCL" in p.stdout, p.stderr
 
 
-def test_quickstart_first_training_cell_outside_the_repo(fresh: dict) -> None:
-    nb = json.loads((ROOT / "notebooks" / "quickstart.ipynb").read_text())
-    code = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
-    params, up, helpers, train = code[0].replace("STEPS = 150", "STEPS = 20"), code[1], code[2], code[3]
-    assert up.strip().endswith("%raycluster up --local") and train.startswith("%%raytrain")
-    cells = [params, up, helpers, train, "print('STATUS', run.status, run.step)", "%raycluster down"]
-    (fresh["cwd"] / "cells.json").write_text(json.dumps(cells))
-    driver = (
-        "import json; ip = get_ipython()\n"
-        "for cell in json.load(open('cells.json')):\n"
-        "    r = ip.run_cell(cell)\n"
-        "    if not r.success: raise SystemExit(1)\n"
-    )
-    p = _run(fresh, ["-m", "IPython", "--colors=NoColor", "-c", driver], timeout=600)
+def test_quickstart_notebook_top_to_bottom_outside_the_repo(fresh: dict, artifacts: Path) -> None:
+    """The README's main job (`python -m raynb.notebook run` on the quickstart) from the wheel, in a directory that is
+    not the repository, at 1,000 steps on 2 workers: as a newcomer's first run, the notebook starts a head of its own
+    and its last cell stops it; the saved notebook keeps the final curves and stays under 1 MB."""
+    nb_path = fresh["cwd"] / "quickstart.ipynb"
+    nb_path.write_text((ROOT / "notebooks" / "quickstart.ipynb").read_text())
+    out = artifacts / "quickstart-1000-steps.ipynb"
+    p = _run(fresh, ["-m", "raynb.notebook", "run", nb_path.name, "-o", str(out), "-p", "STEPS=1000"], timeout=900)
     assert p.returncode == 0, (p.stdout[-2000:], p.stderr[-3000:])
-    assert "STATUS succeeded 20" in p.stdout, p.stdout[-3000:]
+    assert "executed quickstart.ipynb" in p.stdout and "open it in JupyterLab" in p.stdout, p.stdout
+    assert out.stat().st_size < 1_000_000, out.stat().st_size
+    nb = nbformat.read(out, as_version=4)
+    runs, errs = summarise(nb)
+    assert [(r["name"].startswith("raytrain-"), r["status"], r["step"]) for r in runs[:1]] == [
+        (True, "succeeded", 1000)
+    ]
+    assert runs[0]["records"] == 2000  # both ranks, every step
+    assert runs[1]["name"] == "broken-run" and runs[1]["status"] == "failed"
+    assert len(errs) == 1 and errs[0].startswith("TrainingFailedError: Rank 1 of 2 failed"), errs
+    outputs = "\n".join(json.dumps(c.get("outputs", [])) for c in nb.cells)
+    assert "cell line 5, in train_loop_per_worker" in outputs
+    m = re.search(r"loss (\d+\.\d+) -> (\d+\.\d+), final accuracy (\d+\.\d+)%", outputs)
+    assert m and float(m[2]) < float(m[1]) * 0.5 and float(m[3]) > 80, m and m.group(0)
+    # the final picture is a static SVG chart holding every step's point
+    assert re.search(r'data-chart=\\"loss\\" data-points=\\"2000\\"', outputs)
+    assert not (Path(fresh["env"]["RAYNB_HOME"]) / "local" / "head.json").exists()  # the last cell stopped the head
