@@ -180,6 +180,20 @@ def untravelable(values: dict[str, Any], pickler: Any) -> list[str]:
     return out
 
 
+def largest_globals(fn: Callable[..., Any], pickler: Any, n: int = 3) -> list[tuple[str, int]]:
+    """The ``n`` biggest notebook globals ``fn`` takes along, as (name, pickled bytes), biggest first."""
+    g = getattr(fn, "__globals__", {})
+    sizes = []
+    for name in sorted(_referenced_names(fn.__code__) & g.keys()):
+        if isinstance(g[name], types.ModuleType):
+            continue
+        try:
+            sizes.append((name, len(pickler.dumps(g[name]))))
+        except Exception:  # noqa: BLE001 - serialize() already took it along; a second pickling may still fail
+            continue
+    return sorted(sizes, key=lambda kv: -kv[1])[:n]
+
+
 def _stdlib_and_site_roots() -> list[Path]:
     """The interpreter's own folders (its library, its site-packages, its prefix): what lies there is installed,
     with a distribution or without one."""

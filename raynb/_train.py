@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._cell import modules_beside, serialize
+from ._cell import largest_globals, modules_beside, serialize
 from ._current import current, resolve_settings
 from ._run import Run, RunSpec, set_active
 from ._run_registry import free_name
@@ -95,9 +95,34 @@ def _register_modules_beside(here: str) -> None:
         ray.cloudpickle.register_pickle_by_value(mod)
 
 
+#: a cell heavier than this, sent to a remote cluster, is said: it crosses the port-forward (or the network) first
+LARGE_PAYLOAD = 64 * 2**20
+
+
 def _payload_of(fn: Callable[..., Any], here: str) -> bytes:
     _register_modules_beside(here)
-    return serialize(fn)
+    payload = serialize(fn)
+    cl = current()
+    if len(payload) > LARGE_PAYLOAD and cl is not None and cl.kind != "local":
+        print(large_payload_note(len(payload), largest_globals(fn, _cloudpickle())))
+    return payload
+
+
+def _cloudpickle() -> Any:
+    from ray import cloudpickle
+
+    return cloudpickle
+
+
+def large_payload_note(size: int, largest: list[tuple[str, int]]) -> str:
+    """What to tell a user whose cell takes a lot of notebook data to a remote cluster."""
+    mb = 2**20
+    named = ", ".join(f"`{n}` {b / mb:,.0f} MB" for n, b in largest)
+    return (
+        f"this cell takes {size / mb:,.0f} MB of notebook globals to the cluster ({named}): through the "
+        "port-forward that takes a while, and every worker gets a copy. Faster: have the workers load the data "
+        "themselves (a path on the cluster's storage, s3://...), or hand a Ray Dataset read there to --datasets"
+    )
 
 
 def start_run(

@@ -124,3 +124,16 @@ def test_packages_pip_installed_under_the_notebooks_folder_are_not_shipped(tmp_p
         del sys.path[:2]
         sys.modules.pop("nbhelper", None)
         sys.modules.pop("vendoredpkg", None)
+
+
+def test_the_biggest_globals_a_cell_takes_along_are_named_biggest_first() -> None:
+    from raynb._cell import largest_globals
+    from raynb._train import large_payload_note
+
+    ns = {"__name__": "__main__", "table": b"x" * 3_000_000, "labels": list(range(1000)), "np": types}
+    fn = compile_cell("n = len(table) + len(labels)\nnp.SimpleNamespace()", ns)
+    sizes = largest_globals(fn, cloudpickle, n=2)
+    assert [name for name, _ in sizes] == ["table", "labels"] and sizes[0][1] > 3_000_000  # modules travel by name
+    note = large_payload_note(len(serialize(fn)), sizes)
+    assert note.startswith("this cell takes 3 MB of notebook globals to the cluster (`table` 3 MB, `labels` 0 MB)")
+    assert "--datasets" in note
