@@ -194,6 +194,17 @@ def largest_globals(fn: Callable[..., Any], pickler: Any, n: int = 3) -> list[tu
     return sorted(sizes, key=lambda kv: -kv[1])[:n]
 
 
+def large_payload_note(size: int, largest: list[tuple[str, int]]) -> str:
+    """What to tell a user whose cell takes a lot of notebook data to a remote cluster."""
+    mb = 2**20
+    named = ", ".join(f"`{n}` {b / mb:,.0f} MB" for n, b in largest)
+    return (
+        f"this cell takes {size / mb:,.0f} MB of notebook globals to the cluster ({named}): through the "
+        "port-forward that takes a while, and every worker gets a copy. Faster: have the workers load the data "
+        "themselves (a path on the cluster's storage, s3://...), or hand a Ray Dataset read there to --datasets"
+    )
+
+
 def _stdlib_and_site_roots() -> list[Path]:
     """The interpreter's own folders (its library, its site-packages, its prefix): what lies there is installed,
     with a distribution or without one."""

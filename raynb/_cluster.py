@@ -6,12 +6,14 @@ everything else goes through the backend's interface (``_backend.py``). The curr
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from . import _embedded, _kubernetes, _session
 from . import _embedded_head as head_proc
 from ._backend import Say
+from ._browser_link import dashboard_link
 from ._cluster_status import ClusterStatus, NodeInfo
 from ._current import at_exit as _at_exit
 from ._current import clear_current, current, resolve_settings, set_current
@@ -110,7 +112,7 @@ class Cluster:
         kube_st, cost = self.backend.kube_status(), self.backend.hourly_cost()
         if not ray.is_initialized():
             if kube_st is not None:
-                return ClusterStatus(self.name, self.kind, self.address, self.dashboard_url, kube=kube_st, cost=cost)
+                return ClusterStatus(self.name, self.kind, self.address, self.dashboard(), kube=kube_st, cost=cost)
             raise not_connected()
         nodes = []
         for n in ray.nodes():
@@ -130,7 +132,7 @@ class Cluster:
             self.name,
             self.kind,
             self.address,
-            self.dashboard_url,
+            self.dashboard(),
             nodes,
             dict(ray.cluster_resources()),
             dict(ray.available_resources()),
@@ -169,7 +171,16 @@ class Cluster:
         clear_current(self)
 
     def dashboard(self) -> str | None:
-        return self.dashboard_url
+        """The dashboard as this user's browser opens it (through jupyter-server-proxy where the browser is not on
+        the kernel's machine: JupyterHub, or the ``dashboard_proxy`` setting); ``dashboard_url`` is raynb's own."""
+        import importlib.util
+
+        return dashboard_link(
+            self.dashboard_url,
+            self.settings.dashboard_proxy,
+            os.environ,
+            importlib.util.find_spec("jupyter_server_proxy") is not None,
+        )
 
     def __enter__(self) -> Cluster:
         return self

@@ -72,6 +72,12 @@ class Settings:
     warm_idle_timeout_s: float = option(
         1800.0, "seconds a warm worker group (`%%raytrain --warm`) may sit idle before it ends and frees its workers"
     )
+    dashboard_proxy: str | None = option(
+        None,
+        "the dashboard link where the browser is not on the kernel's machine, as a template with {port}, served by "
+        "jupyter-server-proxy: e.g. '/jupyterlab/default/proxy/{port}/' in SageMaker Studio's JupyterLab (under "
+        "JupyterHub raynb finds its proxy path by itself)",
+    )
     start_timeout_s: float = option(120.0, "seconds `up --local` waits for the embedded head")
     connect_timeout_s: float = option(
         240.0,

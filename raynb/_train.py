@@ -14,77 +14,25 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._cell import largest_globals, modules_beside, serialize
+from ._cell import large_payload_note, largest_globals, modules_beside, serialize
 from ._current import current, resolve_settings
+from ._resource_check import check_resources
 from ._run import Run, RunSpec, set_active
 from ._run_registry import free_name
 from ._settings import Settings
 from ._storage import check_reachable_by_every_node
 from ._trainer_config import shape_of, trainer_kwargs, user_run_name
 from ._worker_env import worker_env
-from .errors import InsufficientResourcesError, UsageError, not_connected
+from .errors import UsageError
 
 if TYPE_CHECKING:
     from .display import LiveView
 
-__all__ = ["train", "start_run", "follow", "check_resources", "default_run_name"]
+__all__ = ["train", "start_run", "follow", "default_run_name"]
 
 
 def default_run_name() -> str:
     return "raytrain-" + _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-
-
-def check_resources(
-    workers: int,
-    gpu: bool,
-    cpus_per_worker: float,
-    total: dict[str, float] | None = None,
-    grows_to: dict[str, float] | None = None,
-) -> str | None:
-    """Refuse a run the cluster can never place, instead of waiting forever. ``total``: the cluster's resources
-    now; ``grows_to``: an autoscaled cluster's at full size (default for both: asked from the connected cluster).
-    Returns what to tell the user when the run fits only once the cluster has grown (None: it fits now)."""
-    if total is None:
-        import ray
-
-        if not ray.is_initialized():
-            raise not_connected()
-        total = ray.cluster_resources()
-        cl = current()
-        grows_to = cl.backend.grows_to() if cl is not None else None
-    need_cpu = workers * cpus_per_worker
-    now_cpu, now_gpu = total.get("CPU", 0.0), total.get("GPU", 0.0)
-    have_cpu, have_gpu = max(now_cpu, (grows_to or {}).get("CPU", 0.0)), max(now_gpu, (grows_to or {}).get("GPU", 0.0))
-    saw = f"cluster resources: {now_cpu:g} CPUs, {now_gpu:g} GPUs" + (
-        f" now, {have_cpu:g} CPUs and {have_gpu:g} GPUs at full size (autoscaled)" if grows_to else ""
-    )
-    if gpu and workers > have_gpu:
-        raise InsufficientResourcesError(
-            f"{workers} GPU workers were asked for, but the cluster has {have_gpu:g} GPUs"
-            + (" at full size." if grows_to else "."),
-            saw=saw,
-            fix=f"use --workers {int(have_gpu)}"
-            if have_gpu >= 1
-            else "drop --gpu to train on CPUs, or connect to a cluster with GPUs.",
-        )
-    if need_cpu > have_cpu:
-        fit = int(have_cpu // cpus_per_worker) if cpus_per_worker else 0
-        raise InsufficientResourcesError(
-            f"{workers} workers x {cpus_per_worker:g} CPUs = {need_cpu:g} CPUs were asked for, "
-            f"but the cluster has {have_cpu:g}" + (" at full size." if grows_to else "."),
-            saw=saw,
-            fix=(f"use --workers {fit}" if fit >= 1 else "lower --cpus-per-worker")
-            + (" or --cpus-per-worker " + f"{have_cpu / workers:g}" if have_cpu / workers >= 0.1 else "")
-            + ", or start a bigger cluster.",
-        )
-    short = (gpu and workers > now_gpu) or need_cpu > now_cpu
-    if not short:
-        return None
-    return (
-        f"the cluster has {now_gpu:g} GPUs and {now_cpu:g} CPUs now: its autoscaler adds worker nodes for this run "
-        "(on EKS Karpenter or the Cluster Autoscaler provisions them and the image is pulled: minutes); the run "
-        "starts once they join"
-    )
 
 
 def _register_modules_beside(here: str) -> None:
@@ -112,17 +60,6 @@ def _cloudpickle() -> Any:
     from ray import cloudpickle
 
     return cloudpickle
-
-
-def large_payload_note(size: int, largest: list[tuple[str, int]]) -> str:
-    """What to tell a user whose cell takes a lot of notebook data to a remote cluster."""
-    mb = 2**20
-    named = ", ".join(f"`{n}` {b / mb:,.0f} MB" for n, b in largest)
-    return (
-        f"this cell takes {size / mb:,.0f} MB of notebook globals to the cluster ({named}): through the "
-        "port-forward that takes a while, and every worker gets a copy. Faster: have the workers load the data "
-        "themselves (a path on the cluster's storage, s3://...), or hand a Ray Dataset read there to --datasets"
-    )
 
 
 def start_run(

@@ -349,7 +349,7 @@ def warm(
                 "cell starts the new shape; or drop the shape flags to use the group as it is",
             )
         return group
-    from ._train import check_resources
+    from ._resource_check import check_resources
 
     growing = check_resources(shape.workers, shape.gpu, shape.cpus_per_worker)
     if growing:  # an autoscaled cluster below the group's size: it grows for the group

@@ -137,7 +137,8 @@ class RayNBMagics(Magics):
                 compare_tcp=args.compare_tcp,
             )
         if cmd == "dashboard":
-            return _Link("Ray dashboard", cur.dashboard_url) if cur.dashboard_url else None
+            link = cur.dashboard()
+            return _Link("Ray dashboard", link) if link else None
         return cur.status()
 
     def _eval(self, expr: str, flag: str) -> Any:

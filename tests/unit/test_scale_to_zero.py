@@ -12,7 +12,7 @@ import pytest
 from raynb._cluster_status import ClusterStatus
 from raynb._cost import hourly_cost
 from raynb._kube_state import KubeStatus, PodRow, RayClusterRef
-from raynb._train import check_resources
+from raynb._resource_check import check_resources
 from raynb.display.cluster_view import cost_text
 from raynb.errors import InsufficientResourcesError
 from raynb.manifest import ManifestError, load_presets, render, resolve_values, validate, values_from_spec

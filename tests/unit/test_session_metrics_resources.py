@@ -17,7 +17,7 @@ import pytest
 
 from raynb import _session
 from raynb._metrics import MetricsSink, Reporter
-from raynb._train import check_resources
+from raynb._resource_check import check_resources
 from raynb.errors import ConnectError, InsufficientResourcesError
 
 
