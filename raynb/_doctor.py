@@ -1,7 +1,8 @@
 """Preflight checks with a fix for each failure; reads the cluster, never changes it.
 
 On the embedded cluster it checks what applies there: notebook vs cluster Ray/Python, the dashboard, GPUs the
-machine has vs GPUs the cluster offers, /dev/shm, and NVLink multicast kept off for workers. On Kubernetes it adds the
+machine has vs GPUs the cluster offers, /dev/shm, the runs' storage (a file written on a worker node and read on the
+head, and back: ``_storage_probe.py``), and NVLink multicast kept off for workers. On Kubernetes it adds the
 EFA checklist (``_doctor_kube.py``): EFA requested, nodes advertising GPUs and EFA, device plugins ready, one availability
 zone, the NCCL/EFA variables, /dev/shm, and the image's versions.
 """
@@ -12,8 +13,9 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from ._checks import Check, Checklist
-from ._current import current
+from ._current import current, resolve_settings
 from ._session import dashboard_get
+from ._storage_probe import storage_check
 from ._worker_env import WORKER_ENV_DEFAULTS
 from .errors import not_connected
 
@@ -121,6 +123,8 @@ def _ray_checks(cl: Cluster) -> list[Check]:
                 "few GiB: NCCL SHM and Ray's object store use it",
             )
         )
+    nodes, mounts = cl.backend.storage_reach()
+    out.append(storage_check(resolve_settings().storage_path, nodes, mounts))
     nvls = WORKER_ENV_DEFAULTS.get("NCCL_NVLS_ENABLE")
     out.append(Check("NVLink multicast off for workers", "ok" if nvls == "0" else "warn", f"NCCL_NVLS_ENABLE={nvls}"))
     return out

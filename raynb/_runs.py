@@ -13,6 +13,7 @@ from ._current import resolve_settings
 from ._run import Run
 from ._run_journal import recall, remember
 from ._run_registry import ACTIVE, find_registry, registry
+from ._storage import run_dir
 from .display.tables import table
 from .errors import UsageError, not_connected
 
@@ -111,7 +112,7 @@ def _unknown(name: str) -> UsageError:
     except Exception:  # noqa: BLE001 - a registry from an older raynb
         head_since = None
     if seen is not None and head_since is not None and seen["started"] < head_since:
-        where = f"{seen['storage_path'] or '~/ray_results on the head (Ray default)'}/{name}"
+        where = run_dir(seen["storage_path"] or "~/ray_results on the head (Ray default)", name)
         return UsageError(
             f"The run {name!r} is gone with this cluster's head: the head started again at {_hm(head_since)}, after "
             f"the run started at {_hm(seen['started'])} (on Kubernetes: its head pod was replaced). The run list "

@@ -12,7 +12,7 @@ from pathlib import PurePosixPath
 
 from .errors import UsageError
 
-__all__ = ["is_node_local", "check_reachable_by_every_node"]
+__all__ = ["is_node_local", "check_reachable_by_every_node", "run_dir"]
 
 #: URI schemes pyarrow's filesystems serve from anywhere (Ray Train's storage layer).
 SHARED_SCHEMES = ("s3://", "gs://", "gcs://", "abfs://", "abfss://", "hdfs://", "az://")
@@ -48,3 +48,10 @@ def check_reachable_by_every_node(
         "STORAGE_PATH=<its SHARED_MOUNT_PATH>/ray, then `%raycluster up --recreate`; a run that never saves "
         "checkpoints can say so: `%%raytrain --checkpoints false` (raynb.train(..., checkpoints=False))",
     )
+
+
+def run_dir(storage_path: str, name: str) -> str:
+    """Where Ray Train keeps the run ``name``'s checkpoints: ``storage_path/name`` (an ``s3://`` URI's ``?options``,
+    e.g. an endpoint, stay at its end)."""
+    base, sep, options = storage_path.partition("?")
+    return f"{base.rstrip('/')}/{name}{sep}{options}"

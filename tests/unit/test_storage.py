@@ -42,3 +42,30 @@ def test_shared_storage_values_reach_every_pod_and_come_back_from_the_cluster() 
     plain = manifest.render()
     assert "raynb.io/storage-path" not in plain["metadata"]["annotations"]
     assert "serviceAccountName" not in plain["spec"]["headGroupSpec"]["template"]["spec"]
+
+
+def test_a_runs_folder_keeps_an_s3_uris_options_at_the_end() -> None:
+    from raynb._storage import run_dir
+
+    assert run_dir("/mnt/shared/ray/", "qwen") == "/mnt/shared/ray/qwen"
+    uri = "s3://b/runs?endpoint_override=127.0.0.1:8333&scheme=http"
+    assert run_dir(uri, "qwen") == "s3://b/runs/qwen?endpoint_override=127.0.0.1:8333&scheme=http"
+
+
+def test_the_doctors_storage_check_without_shared_storage_needs_no_round_trip() -> None:
+    from raynb._storage_probe import storage_check
+
+    one = storage_check(None, 1, ())
+    assert one.state == "ok" and "one node" in one.detail
+    many = storage_check("/home/ray/ckpt", 3, ("/mnt/shared",))
+    assert many.state == "fail" and "each node's own disk on a cluster of 3 nodes" in many.detail
+    assert "STORAGE_PATH=s3://" in many.fix and "SHARED_PVC" in many.fix
+
+
+def test_a_refused_s3_write_names_the_service_account_and_the_permissions() -> None:
+    from raynb._storage_probe import storage_fix
+
+    fix = storage_fix("OSError on ip-10-0-1-5: AWS Error ACCESS_DENIED ... AccessDenied", "s3://my-bucket/ray?x=1")
+    assert "SERVICE_ACCOUNT" in fix and "s3:PutObject" in fix and "on my-bucket" in fix
+    assert "region" in storage_fix("OSError: NoSuchBucket", "s3://my-bucket/ray")
+    assert "SHARED_PVC" in storage_fix("PermissionError: [Errno 13]", "/mnt/shared/ray")

@@ -1,0 +1,116 @@
+"""The doctor's round trip through the runs' storage: a file written where the workers run and read where the head
+runs, and back, through the same filesystem Ray Train uses (pyarrow's, from the storage path's URI). It names the side
+that failed. It cannot see IAM: when S3 refuses, the fix names the service account and the permissions to grant.
+
+The two tasks run on the cluster (raynb is importable there: the embedded head's machine, or shipped with the job)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from ._checks import Check
+from ._storage import is_node_local
+
+__all__ = ["storage_check", "storage_fix"]
+
+NAME = "checkpoint storage"
+_DENIED = ("AccessDenied", "Forbidden", "InvalidAccessKeyId", "SignatureDoesNotMatch", "credentials", "403")
+
+
+def storage_fix(error: str, storage_path: str) -> str:
+    """What to do about ``error`` (a failed write or read on ``storage_path``)."""
+    if storage_path.startswith("s3://") and any(k in error for k in _DENIED):
+        bucket = storage_path.removeprefix("s3://").split("/", 1)[0].split("?", 1)[0]
+        return (
+            f"the pods' IAM role must allow s3:PutObject, s3:GetObject, s3:DeleteObject and s3:ListBucket on "
+            f"{bucket}: set SERVICE_ACCOUNT (values file) to a service account bound to such a role by EKS Pod "
+            "Identity or IRSA, then `%raycluster up --recreate`"
+        )
+    if storage_path.startswith("s3://"):
+        return "check the bucket's name and region (…?region=REGION in the storage path), and that the pods reach S3"
+    return (
+        "mount the path in every pod (SHARED_PVC and SHARED_MOUNT_PATH in the values file) and make it writable by "
+        "the Ray processes' user"
+    )
+
+
+def _write(storage_path: str, key: str, text: str) -> str | None:
+    """On a node: write ``text`` under the storage path; the error, in words, or None."""
+    import platform
+
+    try:
+        from pyarrow import fs
+
+        filesystem, base = fs.FileSystem.from_uri(storage_path)
+        filesystem.create_dir(f"{base}/.raynb-doctor", recursive=True)
+        with filesystem.open_output_stream(f"{base}/.raynb-doctor/{key}") as f:
+            f.write(text.encode())
+        return None
+    except Exception as e:  # noqa: BLE001 - any failure is the check's answer
+        return f"{type(e).__name__} on {platform.node()}: {e}"
+
+
+def _read(storage_path: str, key: str, remove: bool) -> tuple[str | None, str | None]:
+    """On a node: (what the file says, None) or (None, the error in words)."""
+    import platform
+
+    try:
+        from pyarrow import fs
+
+        filesystem, base = fs.FileSystem.from_uri(storage_path)
+        path = f"{base}/.raynb-doctor/{key}"
+        with filesystem.open_input_stream(path) as f:
+            text = f.read().decode()
+        if remove:
+            filesystem.delete_file(path)
+        return text, None
+    except Exception as e:  # noqa: BLE001
+        return None, f"{type(e).__name__} on {platform.node()}: {e}"
+
+
+def storage_check(storage_path: str | None, nodes: int, shared_mounts: tuple[str, ...]) -> Check:
+    """Write on a worker node, read on the head, and back (one node: both on it). Needs a Ray connection."""
+    if storage_path is None or is_node_local(storage_path, shared_mounts):
+        where = storage_path or "Ray's ~/ray_results"
+        if nodes <= 1:
+            return Check(NAME, "ok", f"{where}: one node, so every worker's disk is the head's")
+        return Check(
+            NAME,
+            "fail",
+            f"{where} is each node's own disk on a cluster of {nodes} nodes: Ray Train cannot checkpoint there",
+            "STORAGE_PATH=s3://bucket/prefix (with SERVICE_ACCOUNT for pod IAM), or a SHARED_PVC mounted in every "
+            "pod with STORAGE_PATH under its SHARED_MOUNT_PATH",
+        )
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    alive = [n for n in ray.nodes() if n.get("Alive")]
+    head = next((n for n in alive if n.get("Resources", {}).get("node:__internal_head__")), alive[0])
+    worker = next((n for n in alive if n is not head), head)
+
+    def on(node: dict[str, Any], fn: Any, *args: Any) -> Any:
+        pinned = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+        return ray.get(ray.remote(num_cpus=0, scheduling_strategy=pinned)(fn).remote(*args), timeout=120)
+
+    sides = [(worker, head, "a worker node", "the head")] + (
+        [(head, worker, "the head", "a worker node")] * (worker is not head)
+    )
+    for src, dst, src_name, dst_name in sides:
+        key, text = uuid.uuid4().hex, f"written by raynb's doctor on {src.get('NodeManagerAddress')}"
+        err = on(src, _write, storage_path, key, text)
+        if err:
+            return Check(
+                NAME, "fail", f"{storage_path}: writing on {src_name} failed: {err}", storage_fix(err, storage_path)
+            )
+        got, err = on(dst, _read, storage_path, key, True)
+        if err or got != text:
+            why = err or f"it read {got!r}, not what was written"
+            return Check(
+                NAME,
+                "fail",
+                f"{storage_path}: written on {src_name}, but reading it on {dst_name} failed: {why}",
+                storage_fix(why, storage_path),
+            )
+    both = "a worker node and the head" if worker is not head else "the only node"
+    return Check(NAME, "ok", f"{storage_path}: a file written and read back on {both}")
