@@ -21,10 +21,11 @@ setup: $(STAMP)
 quickstart: setup
 	$(VENV)/bin/python -m raynb.notebook run notebooks/quickstart.ipynb -o out/quickstart.ipynb
 
-# The Kubernetes tests need a control plane built from Go modules (about 10 min cold on 2 cores, seconds warm; cached
-# in ~/.cache/raynb-k8s). Built here, before pytest, so no test's time limit covers it. Without Go they skip.
+# The Kubernetes tests need a control plane built from Go modules, the storage tests an S3 server (SeaweedFS) built
+# the same way (minutes cold on 2 cores, seconds warm; cached in ~/.cache/raynb-k8s). Built here, before pytest, so
+# no test's time limit covers it. Without Go they skip.
 k8s-stack: setup
-	@if command -v go >/dev/null; then bash tests/k8s/controlplane.sh build; \
+	@if command -v go >/dev/null; then bash tests/k8s/controlplane.sh build && bash tests/s3/build.sh; \
 	elif [ "$$CI" = true ]; then echo "Go is not installed: CI needs it for the Kubernetes tests"; exit 1; \
 	else echo "Go is not installed: the Kubernetes tests (tests/k8s) will be skipped"; fi
 

@@ -22,6 +22,11 @@ os.environ.setdefault("RAYNB_LOCAL_IDLE_AFTER_RUN_S", "0")
 # Ray Client keeps a dropped kernel's session 30 s by default (raynb's client_reconnect_grace_s, a user setting);
 # the tests that cut a connection or kill a kernel wait for it, so it is shorter here.
 os.environ.setdefault("RAYNB_CLIENT_RECONNECT_GRACE_S", "10")
+# The test S3 server's key (tests/s3), in the environment every Ray node of the tests inherits, as EKS Pod Identity or
+# IRSA gives every pod its role's; no instance metadata to ask on this machine.
+os.environ.setdefault("AWS_ACCESS_KEY_ID", "raynb-test")
+os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "raynb-test-secret")
+os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
 
 #: the tier of each test directory, as a marker: `pytest -m unit`, `-m "not k8s"`
 TIERS = ("unit", "integration", "notebook", "browser", "compat", "k8s", "packaging")

@@ -12,6 +12,8 @@ def test_doctor_checks_what_applies_here(cluster: raynb.Cluster, ip) -> None:
     assert by_name["Ray and Python versions"].state == "ok"
     assert by_name["Ray dashboard"].state == "ok"
     assert by_name["EFA requested by worker pods"].state == "n/a"
+    storage = by_name["checkpoint storage"]  # one node: its disk is every worker's (S3: test_train's restart test)
+    assert storage.state == "ok" and "one node" in storage.detail, storage
     assert "data-state" in checks._repr_html_()
 
 

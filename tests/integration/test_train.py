@@ -17,6 +17,7 @@ from raynb._run import active_run
 from raynb._settings import resolve
 from raynb._train import start_run
 from raynb.errors import CaptureError, RunAborted, TrainingFailedError
+from tests.s3.server import s3_server, weed_binary
 
 from .conftest import alive_train_workers
 
@@ -212,10 +213,14 @@ def test_terminal_ipython_prints_a_text_progress_line(cluster: raynb.Cluster) ->
     assert "SIGTERM handler" not in out + p.stderr and "Requesting resources" not in out
 
 
-def test_a_lost_worker_restarts_the_run_from_its_checkpoint(cluster: raynb.Cluster, tmp_path: Path) -> None:
+def test_a_lost_worker_restarts_the_run_from_its_checkpoint_on_s3(
+    cluster: raynb.Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``max_failures=1``: rank 1 kills its own process (SIGKILL) at step 5 of the first attempt; Ray Train starts
     the workers again, the function resumes from its latest checkpoint (Ray's ``get_checkpoint`` idiom), the run
-    succeeds, and the records and the view say which attempt they belong to.
+    succeeds, and the records and the view say which attempt they belong to. The storage is a real S3 server
+    (SeaweedFS, tests/s3): Ray Train writes the checkpoints through pyarrow's S3 filesystem and reads them back for
+    the restart, this test reads them there too, and a second run with the same name resumes from the newest one.
 
     Its checkpoints follow the Ray idiom `report(m, checkpoint=ckpt if rank == 0 else None)`: a call that names
     `checkpoint` must go to Ray on every rank (Ray Train synchronises the ranks on it; a rank taking raynb's fast path
@@ -246,11 +251,34 @@ def test_a_lost_worker_restarts_the_run_from_its_checkpoint(cluster: raynb.Clust
 
     from raynb.display import render_bundle
 
-    settings = resolve({"workers": 2, "storage_path": str(tmp_path), "max_failures": 1})
-    run = raynb.train(fn, settings=settings, display=False, name="restart-test")
-    assert run.status == "succeeded", run.error
-    ckpt = run.result["checkpoint"]  # rank 0's last, through Ray, in the storage path
-    assert ckpt and str(tmp_path) in ckpt and json.loads(Path(ckpt, "state.json").read_text()) == {"step": 8}
+    weed = s3_server(tmp_path / "s3") if weed_binary() is not None else None
+    if weed is None:
+        pytest.skip("SeaweedFS is not built: `bash tests/s3/build.sh` (make test builds it)")
+    with weed as s3:
+        storage = s3.uri("runs")
+        settings = resolve({"workers": 2, "storage_path": storage, "max_failures": 1})
+        run = raynb.train(fn, settings=settings, display=False, name="restart-test")
+        assert run.status == "succeeded", run.error
+        ckpt = run.result["checkpoint"]  # rank 0's last, through Ray, in the storage path: on the S3 server
+        assert ckpt and ckpt.startswith("raynb/runs/restart-test/checkpoint_"), ckpt
+        with s3.filesystem().open_input_stream(f"{ckpt}/state.json") as f:
+            assert json.loads(f.read()) == {"step": 8}
+
+        def resumed(config: dict) -> None:
+            import json
+
+            import ray.train
+
+            with ray.train.get_checkpoint().as_directory() as d:  # the same name: Ray Train finds the newest
+                ray.train.report({"resumed_from": json.loads(Path(d, "state.json").read_text())["step"]})
+
+        again = raynb.train(resumed, settings=resolve({"workers": 1, "storage_path": storage}), display=False,
+                            name="restart-test")  # fmt: skip
+        assert again.status == "succeeded" and list(again.metrics.resumed_from) == [8], again.error
+        # the doctor's round trip through the same storage (a file written and read back by tasks on the cluster)
+        monkeypatch.setenv("RAYNB_STORAGE_PATH", storage)
+        (check,) = [c for c in raynb.doctor().checks if c.name == "checkpoint storage"]
+        assert check.state == "ok" and "written and read back on the only node" in check.detail, check
     df = run.metrics
     assert run.attempt == 2 and set(df.attempt) == {1, 2}, df
     second = df[df.attempt == 2]
