@@ -93,9 +93,10 @@ def storage_check(storage_path: str | None, nodes: int, shared_mounts: tuple[str
         pinned = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
         return ray.get(ray.remote(num_cpus=0, scheduling_strategy=pinned)(fn).remote(*args), timeout=120)
 
-    sides = [(worker, head, "a worker node", "the head")] + (
-        [(head, worker, "the head", "a worker node")] * (worker is not head)
-    )
+    if worker is head:  # one node: it writes and reads
+        sides = [(head, head, "the only node", "the only node")]
+    else:
+        sides = [(worker, head, "a worker node", "the head"), (head, worker, "the head", "a worker node")]
     for src, dst, src_name, dst_name in sides:
         key, text = uuid.uuid4().hex, f"written by raynb's doctor on {src.get('NodeManagerAddress')}"
         err = on(src, _write, storage_path, key, text)
