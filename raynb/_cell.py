@@ -180,8 +180,13 @@ def untravelable(values: dict[str, Any], pickler: Any) -> list[str]:
     return out
 
 
-def largest_globals(fn: Callable[..., Any], pickler: Any, n: int = 3) -> list[tuple[str, int]]:
-    """The ``n`` biggest notebook globals ``fn`` takes along, as (name, pickled bytes), biggest first."""
+def largest_globals(fn: Callable[..., Any], pickler: Any = None, n: int = 3) -> list[tuple[str, int]]:
+    """The ``n`` biggest notebook globals ``fn`` takes along, as (name, pickled bytes), biggest first (``pickler``:
+    Ray's cloudpickle unless given, as in :func:`serialize`)."""
+    if pickler is None:
+        from ray import cloudpickle
+
+        pickler = cloudpickle
     g = getattr(fn, "__globals__", {})
     sizes = []
     for name in sorted(_referenced_names(fn.__code__) & g.keys()):

@@ -18,6 +18,14 @@ __all__ = ["is_node_local", "check_reachable_by_every_node", "run_dir"]
 SHARED_SCHEMES = ("s3://", "gs://", "gcs://", "abfs://", "abfss://", "hdfs://", "az://")
 
 
+#: how a cluster gets storage every node reaches (the refusal below and the doctor's storage check say it)
+SHARED_STORAGE_FIX = (
+    "give the cluster shared storage in its values file, e.g. STORAGE_PATH=s3://my-bucket/ray (with "
+    "SERVICE_ACCOUNT for pod IAM), or SHARED_PVC=<an EFS / FSx for Lustre claim> with "
+    "STORAGE_PATH=<its SHARED_MOUNT_PATH>/ray, then `%raycluster up --recreate`"
+)
+
+
 def is_node_local(storage_path: str | None, shared_mounts: Sequence[str] = ()) -> bool:
     """True when ``storage_path`` is one node's own disk: unset (Ray's ``~/ray_results``), ``file://`` or a plain path
     outside every shared mount (a PVC mounted into every pod)."""
@@ -43,10 +51,8 @@ def check_reachable_by_every_node(
         saw="storage_path: "
         + (storage_path or "unset")
         + (f"; shared mounts: {', '.join(shared_mounts)}" if shared_mounts else "; no shared volume is mounted"),
-        fix="give the cluster shared storage in its values file, e.g. STORAGE_PATH=s3://my-bucket/ray (with "
-        "SERVICE_ACCOUNT for pod IAM), or SHARED_PVC=<an EFS / FSx for Lustre claim> with "
-        "STORAGE_PATH=<its SHARED_MOUNT_PATH>/ray, then `%raycluster up --recreate`; a run that never saves "
-        "checkpoints can say so: `%%raytrain --checkpoints false` (raynb.train(..., checkpoints=False))",
+        fix=SHARED_STORAGE_FIX + "; a run that never saves checkpoints can say so: `%%raytrain --checkpoints false` "
+        "(raynb.train(..., checkpoints=False))",
     )
 
 

@@ -10,7 +10,7 @@ import uuid
 from typing import Any
 
 from ._checks import Check
-from ._storage import is_node_local
+from ._storage import SHARED_STORAGE_FIX, is_node_local
 
 __all__ = ["storage_check", "storage_fix"]
 
@@ -79,8 +79,7 @@ def storage_check(storage_path: str | None, nodes: int, shared_mounts: tuple[str
             NAME,
             "fail",
             f"{where} is each node's own disk on a cluster of {nodes} nodes: Ray Train cannot checkpoint there",
-            "STORAGE_PATH=s3://bucket/prefix (with SERVICE_ACCOUNT for pod IAM), or a SHARED_PVC mounted in every "
-            "pod with STORAGE_PATH under its SHARED_MOUNT_PATH",
+            SHARED_STORAGE_FIX,
         )
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy

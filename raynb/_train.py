@@ -52,14 +52,8 @@ def _payload_of(fn: Callable[..., Any], here: str) -> bytes:
     payload = serialize(fn)
     cl = current()
     if len(payload) > LARGE_PAYLOAD and cl is not None and cl.kind != "local":
-        print(large_payload_note(len(payload), largest_globals(fn, _cloudpickle())))
+        print(large_payload_note(len(payload), largest_globals(fn)))
     return payload
-
-
-def _cloudpickle() -> Any:
-    from ray import cloudpickle
-
-    return cloudpickle
 
 
 def start_run(
