@@ -13,6 +13,10 @@ from typing import Any
 
 import pytest
 
+from tests.areas import AREAS, area_of
+from tests.stack_build import needs_stack, wait_for_build
+from tests.suite_budget import BUDGET_MD, KINDS, Counts, over_budget, parse_override, read_budget
+
 _HOME = Path(tempfile.mkdtemp(prefix="raynb-tests-"))
 os.environ.setdefault("RAYNB_HOME", str(_HOME))
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -22,6 +26,10 @@ os.environ.setdefault("RAYNB_LOCAL_IDLE_AFTER_RUN_S", "0")
 # Ray Client keeps a dropped kernel's session 30 s by default (raynb's client_reconnect_grace_s, a user setting);
 # the tests that cut a connection or kill a kernel wait for it, so it is shorter here.
 os.environ.setdefault("RAYNB_CLIENT_RECONNECT_GRACE_S", "10")
+# Ray Train's controller polls its workers every 2 s by default (raynb's health_check_interval_s, a user setting): a
+# run's end is seen up to 2 s late and each checkpointing report blocks that long. 0.25 s keeps far above the 20 ms
+# bound that tells raynb's non-blocking report path from Ray's (tests/integration/test_train.py).
+os.environ.setdefault("RAYNB_HEALTH_CHECK_INTERVAL_S", "0.25")
 # The test S3 server's key (tests/s3), in the environment every Ray node of the tests inherits, as EKS Pod Identity or
 # IRSA gives every pod its role's; no instance metadata to ask on this machine.
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "raynb-test")
@@ -58,20 +66,56 @@ def artifacts() -> Path:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Each test is marked with its tier (its directory under tests/), in this one place."""
+    """Each test is marked with its tier (its directory under tests/) and its area (`area_<name>`: `make test-area
+    A=<name>`), in this one place."""
     here = Path(__file__).resolve().parent
     for item in items:
         try:
-            tier = Path(item.path).resolve().relative_to(here).parts[0]
+            rel = Path(item.path).resolve().relative_to(here)
         except ValueError:
             continue
-        if tier in TIERS:
-            item.add_marker(getattr(pytest.mark, tier))
+        if rel.parts[0] in TIERS:
+            item.add_marker(getattr(pytest.mark, rel.parts[0]))
+        area = area_of(rel.as_posix())
+        if area:
+            item.add_marker(getattr(pytest.mark, "area_" + area.replace("-", "_")))
+    # the unit tests first (a mistake shows in seconds), the Kubernetes tests last (their stack builds meanwhile)
+    items.sort(key=lambda i: {"unit": 0, "k8s": 2}.get(_tier(i), 1))
+
+
+def _tier(item: pytest.Item) -> str:
+    parts = item.nodeid.split("/")
+    return parts[1] if len(parts) > 2 and parts[0] == "tests" else ""
+
+
+_STACK_BUILD: list[str | None] = []  # the background build's status, once waited for
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Before the first test that needs the test stack, wait for its background build (outside the test's time
+    limit: this wrapper runs outside pytest-timeout's); a failed build is shown here, and those tests then skip
+    (which fails CI)."""
+    if not _STACK_BUILD and needs_stack(_tier(item), item.get_closest_marker("s3") is not None):
+        reporter = item.config.pluginmanager.get_plugin("terminalreporter")
+        say = reporter.write_line if reporter is not None else print
+        status = wait_for_build(say)
+        _STACK_BUILD.append(status)
+        if status not in (None, "0"):
+            log = Path(os.environ["RAYNB_STACK_BUILD"]) / "log"
+            tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
+            say(f"the test stack's build ended with {status}:\n{tail}")
+    yield
 
 
 _TIER_SECONDS: dict[str, float] = {}
 _TEST_SECONDS: dict[str, float] = {}
 _STARTED = time.monotonic()
+_COUNTS = Counts()
+
+
+def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    _COUNTS.begin(nodeid)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -91,6 +135,19 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int) -> None:
     for tier, seconds in sorted(_TIER_SECONDS.items(), key=lambda kv: -kv[1]):
         terminalreporter.write_line(f"{tier:<12} {seconds:8.1f} s")
     terminalreporter.write_line(f"{'all tests':<12} {sum(_TIER_SECONDS.values()):8.1f} s (pytest wall {wall:.1f} s)")
+    _COUNTS.stop()
+    totals = _COUNTS.totals()
+    terminalreporter.section("what the tests started (tests/suite_budget.py; the budget is in tests/BUDGET.md)")
+    columns = (*KINDS, "sleep_s")
+    terminalreporter.write_line(f"{'':<8}" + "".join(f"{k:>16}" for k in columns))
+    terminalreporter.write_line(f"{'in all':<8}" + "".join(f"{totals.get(k, 0):>16.0f}" for k in columns))
+    for nodeid, c in sorted(_COUNTS.per_test.items(), key=lambda kv: -_TEST_SECONDS.get(kv[0], 0.0)):
+        if any(c.values()):
+            terminalreporter.write_line(
+                f"{_TEST_SECONDS.get(nodeid, 0.0):7.1f}s "
+                + "".join(f"{c.get(k, 0):>16.0f}" for k in columns)
+                + f"  {nodeid}"
+            )
     record = {
         "written_by": "tests/conftest.py at the end of a pytest run",
         "exit_status": int(exitstatus),
@@ -99,6 +156,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int) -> None:
         "pytest_wall_s": round(wall, 1),
         "tiers_s": {k: round(v, 1) for k, v in sorted(_TIER_SECONDS.items())},
         "tests_s": {k: round(v, 2) for k, v in sorted(_TEST_SECONDS.items(), key=lambda kv: -kv[1])},
+        "started": {k: round(v, 1) for k, v in sorted(totals.items())},
+        "started_per_test": {t: dict(c) for t, c in _COUNTS.per_test.items() if any(c.values())},
     }
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     (ARTIFACTS / "test-times.json").write_text(json.dumps(record, indent=1) + "\n")
@@ -106,13 +165,42 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.option.reportchars = "".join(sorted(set((config.option.reportchars or "") + "s")))  # say why things skip
+    config.addinivalue_line("markers", "s3: starts the S3 server (tests/s3), built with the Kubernetes stack")
+    for area in AREAS:
+        config.addinivalue_line("markers", f"area_{area.replace('-', '_')}: `make test-area A={area}`")
+    _COUNTS.start()
+
+
+def _budget(config: pytest.Config) -> tuple[dict[str, int], str]:
+    """The limits this run is held to, and where they come from: RAYNB_TEST_BUDGET for any selection; BUDGET.md's
+    when the whole suite ran (no -m, -k or paths: a selection cannot be held to the whole suite's totals)."""
+    if os.environ.get("RAYNB_TEST_BUDGET"):
+        return parse_override(os.environ["RAYNB_TEST_BUDGET"]), "RAYNB_TEST_BUDGET"
+    whole = (
+        config.args_source == pytest.Config.ArgsSource.TESTPATHS
+        and not config.option.markexpr
+        and not config.option.keyword
+    )
+    return (read_budget(BUDGET_MD.read_text()), "tests/BUDGET.md") if whole else ({}, "")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Under CI (CI=true) a skipped test fails the run: a green CI means every path ran."""
+    """The count guard (a run that starts more than its budget fails, however fast it was), and under CI
+    (CI=true) a skipped test fails the run: a green CI means every path ran."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    budget, source = _budget(session.config)
+    _COUNTS.sample()
+    over = over_budget(_COUNTS.totals(), budget)
+    if over and session.exitstatus == 0:
+        if reporter is not None:
+            reporter.write_line(
+                f"over the suite's budget ({source}): {'; '.join(over)}. Merge the new test into a journey that "
+                "already pays for these, or raise the budget in tests/BUDGET.md in the same change, with the reason.",
+                red=True,
+            )
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if os.environ.get("CI") != "true":
         return
-    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     skipped = len(reporter.stats.get("skipped", [])) if reporter is not None else 0
     if skipped and session.exitstatus == 0:
         if reporter is not None:
