@@ -466,6 +466,9 @@ def _supervise(d: Path) -> int:
     # build, another kernel's training) MetricsHead misses that and the whole head exits. Minutes beat failing.
     env.setdefault("RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT", "180")
     env.setdefault("RAY_DASHBOARD_STARTUP_TIMEOUT_S", "240")
+    # Train's preemption watcher polls Ray for nodes being drained (spot reclaims, autoscaler scale-down): one machine
+    # has none to drain, so every run would start that actor for nothing. A user's own setting still wins.
+    env.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
     ray = subprocess.Popen(spec["command"], stdin=subprocess.DEVNULL, env=env)
     print(f"[raynb] supervisor {os.getpid()} started ray pid {ray.pid}", flush=True)
     ownerless = 0

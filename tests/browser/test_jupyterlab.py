@@ -1,5 +1,7 @@
-"""The quickstart in real JupyterLab, driven in Debian's chromium by Playwright: the live chart gains points while
-the run goes, and the final picture stays. Screenshots land in test-artifacts/."""
+"""A run in real JupyterLab, driven in Debian's chromium by Playwright, as one journey on one run: the live chart
+gains points while the run goes, Detach lets the waiting cell return while the view keeps updating, Stop stops it
+and the final picture stays. Screenshots land in test-artifacts/. (The bars' buttons per kind of run, and the
+chart's point bound at 1,500 steps, are unit tests: tests/unit/test_controls.py, tests/unit/test_picture.py.)"""
 
 from __future__ import annotations
 
@@ -19,7 +21,6 @@ from typing import Any
 import nbformat
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = [
     pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (tests/install-system-tools.sh)"),
@@ -46,14 +47,6 @@ def lab(session_head: object, tmp_path_factory: pytest.TempPathFactory) -> Itera
     """One JupyterLab for the module (its URL and root folder), on the session's embedded head: its kernels inherit
     the session's RAYNB_HOME, so `%raycluster up --local` reuses that head."""
     root = tmp_path_factory.mktemp("lab")
-    nb = nbformat.read(ROOT / "notebooks" / "quickstart.ipynb", as_version=4)
-    params = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
-    params.source = params.source.replace("STEPS = 150", "STEPS = 1500")  # to watch it grow, past the 1,024-point bound
-    # the closing `%raycluster down` stays out: it would stop the head the session shares (the quickstart's own
-    # test runs it, down included, top to bottom on a head of its own)
-    assert nb.cells[-1].source.strip() == "%raycluster down"
-    nb.cells = nb.cells[:-1]
-    nbformat.write(nb, root / "quickstart.ipynb")
     settings = root / "lab-settings" / "@jupyterlab" / "notebook-extension"
     settings.mkdir(parents=True)
     (settings / "tracker.jupyterlab-settings").write_text(json.dumps({"windowingMode": "none"}))
@@ -183,89 +176,52 @@ def _until(cond: Any, timeout_s: float) -> None:
         time.sleep(0.25)
 
 
-def test_live_chart_grows_in_jupyterlab(lab: tuple[str, Path], artifacts: Path) -> None:
-    with _running_notebook(lab[0], "quickstart.ipynb", artifacts) as page:
-        seen: list[tuple[str, int, int]] = []  # (status, loss points, step) of the first run while it goes
-        shots = 0
-        deadline = time.monotonic() + 480
-        while time.monotonic() < deadline:
-            runs = _runs(page)
-            if runs:
-                first = runs[0]
-                seen.append((first["status"], first["points"], first["step"]))
-                if first["status"] == "running" and first["points"] > 0 and shots < 2:
-                    # the run's output node is replaced on each redraw; its cell is stable
-                    cell = page.locator(".jp-Cell:has(.raynb-run)").first
-                    cell.scroll_into_view_if_needed()
-                    cell.screenshot(path=str(artifacts / f"jupyterlab-live-{shots}.png"))
-                    shots += 1
-                    time.sleep(2)
-                if first["status"] in ("succeeded", "failed", "aborted"):
-                    break
-            time.sleep(0.25)
-        page.screenshot(path=str(artifacts / "jupyterlab-page.png"), full_page=False)
-        # the chart grows with the run: its step goes up while drawn; the picture stays bounded (a line is halved
-        # into buckets twice as wide past 1,024 points, so the point count may drop while the step rises)
-        running_steps = [step for status, pts, step in seen if status == "running" and pts > 0]
-        assert len(set(running_steps)) >= 2 and running_steps == sorted(running_steps), seen[-20:]
-        assert max(pts for _s, pts, _st in seen) <= 2 * 1025, seen[-20:]
-        final = _runs(page)[0]
-        assert final["status"] == "succeeded" and final["step"] == 1500, final
-        # 2 ranks x 1,500 reports, drawn from the sink's bounded picture (at most 1,024 points a line)
-        assert 2 * 500 <= final["points"] <= 2 * 1025, final
-        cell = page.locator(".jp-Cell:has(.raynb-run)").first
-        cell.scroll_into_view_if_needed()
-        cell.screenshot(path=str(artifacts / "jupyterlab-final.png"))
-        assert cell.locator("svg[data-chart=loss] polyline").count() >= 1
-        page.screenshot(path=str(artifacts / "jupyterlab-page.png"), full_page=False)
-
-
-def test_the_stop_button_stops_a_background_run(lab: tuple[str, Path], artifacts: Path) -> None:
+def test_a_run_in_jupyterlab_live_chart_detach_and_stop(lab: tuple[str, Path], artifacts: Path) -> None:
+    """A cell that waits on its run: its chart grows while the step rises; Detach (clicked while the cell runs) lets
+    the cell return and the next cell run, while the run goes on and its view keeps updating; Stop, in the same bar,
+    stops it, the bar goes and the final picture stays."""
     _write_notebook(
-        lab[1] / "stop.ipynb",
+        lab[1] / "journey.ipynb",
         "%load_ext raynb\n%raycluster up --local",
-        "%%raytrain --workers 1 --background --out bg --name stop-me\nimport raynb, time\n"
-        "for i in range(1_000_000):\n    time.sleep(0.1)\n    raynb.report(loss=1.0 / (i + 1))",
-    )
-    with _running_notebook(lab[0], "stop.ipynb?reset", artifacts) as page:
-        _until(lambda: _runs(page) and _runs(page)[0]["status"] == "running" and _runs(page)[0]["step"] >= 3, 300)
-        assert _runs(page) and _runs(page)[0]["step"] >= 3, _runs(page)
-        button = page.locator("button.raynb-stop")
-        button.scroll_into_view_if_needed()
-        page.locator(".jp-Cell:has(.raynb-run)").first.screenshot(path=str(artifacts / "jupyterlab-stop-button.png"))
-        button.click()
-        _until(lambda: _runs(page)[0]["status"] == "aborted", 90)
-        final = _runs(page)[0]
-        assert final["status"] == "aborted", final
-        page.wait_for_selector("button.raynb-stop", state="detached", timeout=30_000)  # gone with the run
-        page.locator(".jp-Cell:has(.raynb-run)").first.screenshot(path=str(artifacts / "jupyterlab-stopped.png"))
-
-
-def test_detach_returns_a_waiting_cell_and_the_run_goes_on(lab: tuple[str, Path], artifacts: Path) -> None:
-    """A cell that waits on its run: Detach (clicked while the cell runs) lets the cell return and the next cell run,
-    while the run goes on and its view keeps updating; then Stop, in the same bar, stops it."""
-    _write_notebook(
-        lab[1] / "detach.ipynb",
-        "%load_ext raynb\n%raycluster up --local",
-        "%%raytrain --workers 1 --out fg --name detach-me\nimport raynb, time\n"
+        "%%raytrain --workers 1 --out fg --name lab-run\nimport raynb, time\n"
         "for i in range(1_000_000):\n    time.sleep(0.1)\n    raynb.report(loss=1.0 / (i + 1))",
         "print('next cell ran while', fg.name, 'was', fg.status)",
     )
-    with _running_notebook(lab[0], "detach.ipynb?reset", artifacts) as page:
-        _until(lambda: _runs(page) and _runs(page)[0]["step"] >= 3, 300)
-        assert _runs(page) and _runs(page)[0]["status"] == "running", _runs(page)
+    with _running_notebook(lab[0], "journey.ipynb?reset", artifacts) as page:
+        # the live chart: drawn while running, its step rising between redraws
+        seen: list[tuple[str, int, int]] = []  # (status, loss points, step)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            runs = _runs(page)
+            if runs:
+                seen.append((runs[0]["status"], runs[0]["points"], runs[0]["step"]))
+                if len({st for s_, pts, st in seen if s_ == "running" and pts > 0}) >= 3:
+                    break
+            time.sleep(0.25)
+        running_steps = [step for status, pts, step in seen if status == "running" and pts > 0]
+        assert len(set(running_steps)) >= 3 and running_steps == sorted(running_steps), seen[-20:]
+        cell = page.locator(".jp-Cell:has(.raynb-run)").first
+        cell.scroll_into_view_if_needed()
+        cell.screenshot(path=str(artifacts / "jupyterlab-live.png"))
+        # Detach: the waiting cell returns, the next cell runs, the run goes on
         printed = page.locator(".jp-OutputArea-output", has_text="next cell ran while")
         assert printed.count() == 0  # the cell still waits on its run
         button = page.locator("button.raynb-detach")
         button.scroll_into_view_if_needed()
-        page.locator(".jp-Cell:has(.raynb-run)").first.screenshot(path=str(artifacts / "jupyterlab-detach-button.png"))
+        cell.screenshot(path=str(artifacts / "jupyterlab-detach-button.png"))
         button.click()
-        printed.filter(has_text="detach-me was running").wait_for(timeout=60_000)
+        printed.filter(has_text="lab-run was running").wait_for(timeout=60_000)
         page.wait_for_selector("button.raynb-detach", state="detached", timeout=10_000)  # only Stop stays
         step = _runs(page)[0]["step"]
         _until(lambda: _runs(page)[0]["step"] >= step + 10, 60)
         assert _runs(page)[0]["step"] >= step + 10, _runs(page)  # the detached run's view keeps updating
-        page.locator(".jp-Cell:has(.raynb-run)").first.screenshot(path=str(artifacts / "jupyterlab-detached.png"))
+        cell.screenshot(path=str(artifacts / "jupyterlab-detached.png"))
+        # Stop: aborted, the bar gone with the run, the final picture kept
         page.locator("button.raynb-stop").click()
         _until(lambda: _runs(page)[0]["status"] == "aborted", 90)
         assert _runs(page)[0]["status"] == "aborted", _runs(page)
+        page.wait_for_selector("button.raynb-stop", state="detached", timeout=30_000)
+        cell.scroll_into_view_if_needed()
+        cell.screenshot(path=str(artifacts / "jupyterlab-final.png"))
+        assert cell.locator("svg[data-chart=loss] polyline").count() >= 1
+        page.screenshot(path=str(artifacts / "jupyterlab-page.png"), full_page=False)

@@ -38,6 +38,20 @@ def test_every_head_socket_listens_on_loopback_only(cluster: raynb.Cluster) -> N
     assert ours and all(a.startswith(("127.0.0.1:", "[::ffff:127.0.0.1]:")) for a in ours), ours
 
 
+def test_one_machine_starts_no_preemption_watcher(cluster: raynb.Cluster) -> None:
+    """Train's preemption watcher looks for nodes being drained; the embedded head's one machine has none, so its
+    processes (and the runs' actors, which inherit their environment) turn it off."""
+    environs = {}
+    for pid in local.processes_of(cluster.backend.head):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+            environs[cmd.rsplit(b"/", 1)[-1]] = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            pass
+    assert b"raylet" in environs, sorted(environs)
+    assert b"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER=0" in environs[b"raylet"]
+
+
 def test_second_up_reuses_the_running_head(cluster: raynb.Cluster) -> None:
     again = local.start_head()
     assert again.reused and again.ports == cluster.backend.head.ports

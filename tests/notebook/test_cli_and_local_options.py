@@ -71,7 +71,8 @@ def test_manifest_cli_renders_what_render_gives(tmp_path: Path) -> None:
 
 def test_local_options_doctor_from_name_and_normal_close(tmp_path: Path) -> None:
     """A head of its own: `list` before it with nothing running, a quiet first `up`, its options, doctor,
-    `Cluster.from_name`, and the head stopping once its kernels closed."""
+    `Cluster.from_name` from a second kernel, and the head stopping by itself once one kernel was killed (SIGKILL)
+    and the other closed."""
     home = tmp_path / "home"
     env = {"RAYNB_HOME": str(home), "KUBECONFIG": str(tmp_path / "no-kubeconfig")}
     with kernel(env=env) as (km1, kc1):
@@ -99,11 +100,12 @@ def test_local_options_doctor_from_name_and_normal_close(tmp_path: Path) -> None
             )
             assert not errors(out), text(out)
             assert "connected True 1.0" in text(out)
-            km2.shutdown_kernel(now=False)  # a normal close: the kernel exits, atexit runs
+            km2.shutdown_kernel(now=True)  # SIGKILL: no atexit, no goodbye
         head = local.LocalHead.from_json((home / "local" / "head.json").read_text())
         assert local.processes_of(head), "the first kernel still uses the head"
-        km1.shutdown_kernel(now=False)
+        km1.shutdown_kernel(now=False)  # a normal close: the kernel exits, atexit runs
     deadline = time.monotonic() + 60
     while local.processes_of(head) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert local.processes_of(head) == [], "the head must stop once the last kernel closed"
+    # neither the killed kernel nor the closed one keeps it: the head goes, with every process it started
+    assert local.processes_of(head) == [], "the head must stop once its last kernel closed, a killed one too"

@@ -1,13 +1,11 @@
-"""Notebooks in real Jupyter kernels: the stop button, a killed kernel, auto-loading. (The quickstart notebook runs
-top to bottom in tests/packaging, from the wheel outside the repository, as the README's main job.)"""
+"""Notebooks in real Jupyter kernels: the stop button, auto-loading. (A killed kernel's head stopping by itself is in
+test_cli_and_local_options.py; the quickstart notebook runs top to bottom in tests/packaging, from the wheel outside
+the repository, as the README's main job.)"""
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
-
-from raynb import _embedded_head as local
 
 from .kernels import STEP, errors, html_of, kernel, run, text
 
@@ -54,24 +52,6 @@ def test_stop_button_aborts_and_the_kernel_stays_usable(session_head: object) ->
         assert alive() == [], "the workers must be stopped by the interrupt, not left running"
         after = run(kc, "print(r.status, r.aborted_at_step >= 3, 6 * 7)")
         assert "aborted True 42" in text(after)
-
-
-def test_killed_kernel_leaves_no_ray_process(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    with kernel(env={"RAYNB_HOME": str(home)}) as (km, kc):
-        up = run(kc, "%load_ext raynb\n%raycluster up --local", timeout=240)
-        assert not errors(up), text(up)
-        os.environ["RAYNB_HOME"], saved = str(home), os.environ["RAYNB_HOME"]
-        try:
-            head = local.find_head()
-        finally:
-            os.environ["RAYNB_HOME"] = saved
-        assert head is not None and local.processes_of(head)
-        km.shutdown_kernel(now=True)  # SIGKILL: no atexit, no goodbye
-    deadline = time.monotonic() + 20
-    while local.processes_of(head) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert local.processes_of(head) == [], "the head must stop once no kernel uses it"
 
 
 def test_extension_loads_from_ipython_config(tmp_path: Path) -> None:

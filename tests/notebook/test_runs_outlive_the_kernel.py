@@ -1,6 +1,7 @@
-"""Runs belong to the cluster, in real kernels on the embedded cluster: a background run while other cells execute;
-a run that outlives a kernel killed with SIGKILL, is attached from a new kernel with its whole curve and is said to
-be gone once its head starts again; a run stopped from another kernel; and the refusals around names and `down`."""
+"""Runs belong to the cluster, in real kernels on the embedded cluster: a run that outlives a kernel killed with
+SIGKILL, is attached from a new kernel with its whole curve and is said to be gone once its head starts again; a
+background run that leaves its kernel free and is stopped from another kernel; and the refusals around names and
+`down`."""
 
 from __future__ import annotations
 
@@ -40,42 +41,6 @@ def _own_head(home: dict[str, str], tmp_path: Path) -> dict[str, str]:
     return {**home, "RAYNB_HOME": str(tmp_path / "raynb")}
 
 
-def test_a_background_run_leaves_the_kernel_free(session_head: object, home: dict[str, str]) -> None:
-    with kernel(env=home) as (_km, kc):
-        up = run(kc, "%load_ext raynb\n%raycluster up --local", timeout=300)
-        assert not errors(up), text(up)
-        started = run(kc, "%%raytrain --workers 2 --background --out bg --name bg-run\n" + LOOP.format(n=30, dt=0.2))
-        assert not errors(started), text(started)
-        assert _value(kc, "bg.status") in ("'starting'", "'running'")
-        seen: list[dict] = []  # every message, whichever cell ipykernel files a background update under
-        round_trips = []
-        for _ in range(5):  # the kernel answers while the run goes on
-            t0 = time.monotonic()
-            out = run(kc, "6 * 7", timeout=60, others=seen)
-            round_trips.append(time.monotonic() - t0)
-            seen += out
-            assert "42" in text(out)
-        assert max(round_trips) < 1.0, round_trips
-        assert _value(kc, "bg.done()") == "False"
-        out = run(kc, "print(bg.wait(), bg.done(), bg.status, bg.step)", timeout=300, others=seen)
-        seen += out
-        assert "True True succeeded 30" in _printed(out), text(out)
-        # the cell's live view (its display id) kept updating from the background, up to the final picture
-        view_id = next(
-            m["content"]["transient"]["display_id"]
-            for m in started
-            if m["msg_type"] == "display_data" and "raynb-run" in m["content"]["data"].get("text/html", "")
-        )
-        updates = [
-            m
-            for m in seen
-            if m["msg_type"] == "update_display_data" and m["content"]["transient"]["display_id"] == view_id
-        ]
-        assert len(updates) >= 3 and 'data-status="succeeded"' in updates[-1]["content"]["data"]["text/html"]
-        out = run(kc, "import asyncio\nr2 = await bg\nprint(r2 is bg)")  # `await run` in async code
-        assert "True" in text(out), text(out)
-
-
 def test_a_run_outlives_a_killed_kernel_and_is_attached_from_a_new_one(
     home: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -83,15 +48,18 @@ def test_a_run_outlives_a_killed_kernel_and_is_attached_from_a_new_one(
     follows, attaches and removes it; once the run has ended (plus the idle delay, shortened here) and no kernel uses
     the head, the head goes; the head started again does not know the run and says where its checkpoints are."""
     env = _own_head(home, tmp_path)
+    until = tmp_path / "stop-at-step"  # the run goes on until the test writes a step here, and ends at that step
     with kernel(env=env) as (km, kc):
         up = run(kc, "%load_ext raynb\n%raycluster up --local", timeout=300)
         assert not errors(up), text(up)
         run(kc, "%config RayNB.local_idle_after_run_s = 3")
         cell = (
-            LOOP.format(n=160, dt=0.5)
-            + "    if i % 40 == 0:\n        print('rank', ray.train.get_context().get_world_rank(), 'at', i)\n"
+            "import os, time, raynb, ray.train\nrank = ray.train.get_context().get_world_rank()\ni = 0\n"
+            f"while not (os.path.exists({str(until)!r}) and i >= int(open({str(until)!r}).read())):\n"
+            "    i += 1\n    time.sleep(0.25)\n    raynb.report(loss=1.0 / i)\n"
+            "    if i % 8 == 1:\n        print('rank', rank, 'at', i)\n"
         )
-        out = run(kc, "%%raytrain --workers 2 --background --out r --name outlive\nimport ray.train\n" + cell)
+        out = run(kc, "%%raytrain --workers 2 --background --out r --name outlive\n" + cell)
         assert not errors(out), text(out)
         deadline = time.monotonic() + 120
         while int(_value(kc, "r.step")) < 5 and time.monotonic() < deadline:
@@ -107,21 +75,26 @@ def test_a_run_outlives_a_killed_kernel_and_is_attached_from_a_new_one(
         run(kc, "import os\nfrom raynb import _embedded_head")
         leases = _value(kc, "os.listdir(_embedded_head.leases_dir())")
         assert leases == "['outlive']", leases  # the run took a lease on the head
-        # what rank 1 prints, as it prints it, until the run ends
+        # what rank 1 prints, as it prints it: the lines so far at once, then live ones; after 4 s of live lines the
+        # test tells the run at which step to end (a few steps ahead of both ranks), and the follow ends with it
         arrivals: list[tuple[float, str]] = []
-        run(
-            kc,
-            "%raytrain logs outlive --rank 1 --follow",
-            timeout=300,
-            on_msg=lambda m: m["msg_type"] == "stream" and arrivals.append((time.monotonic(), m["content"]["text"])),
-        )
+
+        def follow(m: dict) -> None:
+            if m["msg_type"] != "stream":
+                return
+            arrivals.append((time.monotonic(), m["content"]["text"]))
+            steps = [int(ln.rsplit(" ", 1)[1]) for _, t in arrivals for ln in t.splitlines() if ln.startswith("rank")]
+            if not until.exists() and steps and arrivals[-1][0] - arrivals[0][0] > 4:
+                tmp = until.with_suffix(".tmp")  # whole or not there: the workers read it every step
+                tmp.write_text(str(steps[-1] + 23))  # 8 steps (2 s) between lines: both ranks are behind that
+                tmp.rename(until)
+
+        run(kc, "%raytrain logs outlive --rank 1 --follow", timeout=300, on_msg=follow)
+        end = int(until.read_text())
+        printed = [f"rank 1 at {i}" for i in range(1, end + 1, 8)]
         followed = "".join(t for _, t in arrivals).splitlines()
-        assert followed[0] == "rank 1 at 0" and followed[-3:] == [
-            "rank 1 at 80",
-            "rank 1 at 120",
-            "(run outlive succeeded)",
-        ], followed
-        assert arrivals[-1][0] - arrivals[0][0] > 10, arrivals  # live: lines came while the run went on
+        assert followed == [*printed, "(run outlive succeeded)"], followed
+        assert arrivals[-1][0] - arrivals[0][0] > 4, arrivals  # live: lines came while the run went on
         attached = run(kc, "%raytrain attach outlive --out a --wait", timeout=300)
         assert not errors(attached), text(attached)
         html = [m for m in attached if m["msg_type"] in ("display_data", "update_display_data")][-1]
@@ -129,17 +102,18 @@ def test_a_run_outlives_a_killed_kernel_and_is_attached_from_a_new_one(
         out = run(
             kc, "m = a.metrics\nprint(a.status, sorted(set(m.step))[:2], m.step.max(), len(m), sorted(set(m['rank'])))"
         )
-        assert "succeeded [1, 2] 160 320 [0, 1]" in _printed(out), text(out)  # every step from 1, from both ranks
+        assert f"succeeded [1, 2] {end} {2 * end} [0, 1]" in _printed(out), text(out)  # every step, both ranks
         # finished runs stay attachable until removed
         again = run(
             kc, "import raynb\nb = raynb.attach('outlive', display=False)\nprint(b.status, len(b.metrics))", timeout=120
         )
-        assert "succeeded 320" in _printed(again), text(again)
+        assert f"succeeded {2 * end}" in _printed(again), text(again)
         # what the cell printed, before and after the first kernel died, per rank
         logs = _printed(run(kc, "%raytrain logs outlive --rank 1 --tail 3", timeout=60))
-        assert logs.splitlines() == ["rank 1 at 40", "rank 1 at 80", "rank 1 at 120"], logs
+        assert logs.splitlines() == printed[-3:], logs
         logs = _printed(run(kc, "%raytrain logs outlive", timeout=60))
-        assert "[rank 0] rank 0 at 0" in logs and "[rank 1] rank 1 at 120" in logs and len(logs.splitlines()) == 8
+        assert "[rank 0] rank 0 at 1" in logs and f"[rank 1] {printed[-1]}" in logs
+        assert len(logs.splitlines()) == 2 * len(printed), logs
         bad = errors(run(kc, "%raytrain logs outlive --rank 5", timeout=60))
         assert bad and "there is no rank 5" in bad[0]["evalue"], bad
         gone = run(kc, "%raytrain rm outlive\n%raytrain ls", timeout=60)
@@ -164,14 +138,26 @@ def test_a_run_outlives_a_killed_kernel_and_is_attached_from_a_new_one(
         run(kc, "%raycluster down", timeout=120)
 
 
-def test_stop_from_another_kernel_and_the_refusals(home: dict[str, str]) -> None:
-    """On the session's head: a run stopped from a second kernel, and the refusals around names and `down`."""
+def test_a_background_run_stopped_from_another_kernel_and_the_refusals(home: dict[str, str]) -> None:
+    """On the session's head: a background run leaves its kernel free while its view keeps updating; a second kernel
+    is refused a name in use and `down`, stops the run by name, and is told what it cannot stop or attach."""
     with kernel(env=home) as (_km, a), kernel(env=home) as (_km2, b):
         for kc in (a, b):
             up = run(kc, "%load_ext raynb\nimport raynb\n%raycluster up --local", timeout=300)
             assert not errors(up), text(up)
-        out = run(a, "%%raytrain --workers 2 --background --out r --name long\n" + LOOP.format(n=10_000, dt=0.2))
-        assert not errors(out), text(out)
+        started = run(a, "%%raytrain --workers 2 --background --out r --name long\n" + LOOP.format(n=10_000, dt=0.2))
+        assert not errors(started), text(started)
+        assert _value(a, "r.status") in ("'starting'", "'running'")
+        seen: list[dict] = []  # every message, whichever cell ipykernel files a background update under
+        round_trips = []
+        for _ in range(5):  # the kernel answers while the run goes on
+            t0 = time.monotonic()
+            out = run(a, "6 * 7", timeout=60, others=seen)
+            round_trips.append(time.monotonic() - t0)
+            seen += out
+            assert "42" in text(out)
+        assert max(round_trips) < 1.0, round_trips
+        assert _value(a, "r.done()") == "False"
         deadline = time.monotonic() + 120
         while int(_value(a, "r.step")) < 3 and time.monotonic() < deadline:
             time.sleep(0.5)
@@ -184,8 +170,23 @@ def test_stop_from_another_kernel_and_the_refusals(home: dict[str, str]) -> None
         assert down and "1 run(s) still going on this cluster: long" in down[0]["evalue"], down
         stopped = run(b, "%raytrain stop long", timeout=60)
         assert "stopped run long" in _printed(stopped), text(stopped)
-        out = run(a, "print(r.wait(60), r.status)", timeout=90)
-        assert "True aborted" in _printed(out), text(out)
+        out = run(a, "print(r.wait(60), r.done(), r.status, r.step >= 3)", timeout=90, others=seen)
+        seen += out
+        assert "True True aborted True" in _printed(out), text(out)
+        # the cell's live view (its display id) kept updating from the background, up to the final picture
+        view_id = next(
+            m["content"]["transient"]["display_id"]
+            for m in started
+            if m["msg_type"] == "display_data" and "raynb-run" in m["content"]["data"].get("text/html", "")
+        )
+        updates = [
+            m
+            for m in seen
+            if m["msg_type"] == "update_display_data" and m["content"]["transient"]["display_id"] == view_id
+        ]
+        assert len(updates) >= 3 and 'data-status="aborted"' in updates[-1]["content"]["data"]["text/html"]
+        out = run(a, "import asyncio\nr2 = await r\nprint(r2 is r)")  # `await run` in async code
+        assert "True" in text(out), text(out)
         again = errors(run(b, "%raytrain stop long", timeout=60))
         assert again and "has already ended (aborted)" in again[0]["evalue"], again
         unknown = errors(run(b, "%raytrain attach nope", timeout=60))

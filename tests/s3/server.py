@@ -99,6 +99,9 @@ def s3_server(workdir: Path, bucket: str = "raynb") -> Iterator[S3Server]:
         f"-filer.port.grpc={grpc['filer']}",
         "-s3",
         f"-s3.port={ports['s3']}",
+        f"-s3.port.grpc={grpc['s3']}",  # its default, port + 10000, is past 65535 for a high free port
+        "-s3.port.iceberg=0",  # the Iceberg and Lance catalogs are not used, and their fixed ports may be taken
+        "-s3.port.lance=0",
         f"-s3.config={config}",
     ]
     (workdir / "data").mkdir(exist_ok=True)
@@ -122,7 +125,8 @@ def s3_server(workdir: Path, bucket: str = "raynb") -> Iterator[S3Server]:
             time.sleep(0.5)
         yield server
     finally:
-        os.killpg(proc.pid, 15)
+        if proc.poll() is None:
+            os.killpg(proc.pid, 15)
         try:
             proc.wait(15)
         except subprocess.TimeoutExpired:

@@ -124,6 +124,7 @@ def test_text_mode_writes_one_line() -> None:
     view.finish()
     out = buf.getvalue()
     assert out.startswith("\r[r1] succeeded") and out.endswith("\n")
+    assert "step " in out and "loss " in out and "samples/s" in out, out  # what terminal IPython's line says
 
 
 def test_run_error_carries_the_nccl_reason() -> None:

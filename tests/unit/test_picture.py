@@ -96,3 +96,18 @@ def test_the_pause_between_warm_cells_is_not_a_slow_step() -> None:
     rates = [y for _x, y in agg.tput_total()]
     assert abs(min(rates) - 2000) < 1e-6 and abs(max(rates) - 2000) < 1e-6  # no dip at the first step of cell 2
     assert abs(agg.counted_rate() - 2 * 100 / 0.1) < 1e-6  # over cell 2 only, not across the pause
+
+
+def test_two_ranks_past_the_point_bound_draw_at_most_1024_points_a_line() -> None:
+    """The quickstart at 1,500 steps (once the browser test's run): each rank's loss line is halved into wider
+    buckets past 1,024 points, so the chart holds between 500 and 1,025 points a line, its last step included."""
+    import re
+
+    recs = _records(ranks=2, steps=1500)
+    agg = Aggregate()
+    for i in range(0, len(recs), 2):  # a step at a time, as the sink gets them
+        agg.add(recs[i : i + 2])
+    html = render_bundle(_with_picture(recs, agg))["text/html"]
+    points = int(re.search(r'data-chart="loss" data-points="(\d+)"', html)[1])
+    assert 2 * 500 <= points <= 2 * 1025, points
+    assert all(line[-1][0] >= 1499 for line in agg.metric_series().values())  # up to the last step (bucket means)
