@@ -58,8 +58,9 @@ class LocalHead:
     supervisor_pid: int
     ports: dict[str, int]
     temp_dir: str
-    num_cpus: int
-    num_gpus: int
+    #: what the user asked the head to offer; None: what Ray detects (a container's CPU quota and cpuset included)
+    num_cpus: float | None
+    num_gpus: float | None
     auth_mode: str
     ray_version: str
     python: str
@@ -246,9 +247,11 @@ def _ray_start_command(head: LocalHead) -> list[str]:
         f"--metrics-export-port={p['metrics_export_port']}",
         f"--node-manager-port={p['node_manager_port']}",
         f"--object-manager-port={p['object_manager_port']}",
-        f"--num-cpus={head.num_cpus}",
-        f"--num-gpus={head.num_gpus}",
         f"--temp-dir={head.temp_dir}",
+        # only what the user gave: Ray's own detection reads cgroup quotas and cpusets (a Studio space or a JupyterHub
+        # pod limited to 4 of a 64-core node's CPUs offers 4) and CUDA_VISIBLE_DEVICES
+        *([f"--num-cpus={head.num_cpus:g}"] if head.num_cpus is not None else []),
+        *([f"--num-gpus={head.num_gpus:g}"] if head.num_gpus is not None else []),
     ]
 
 
@@ -299,8 +302,8 @@ def start_head(
             supervisor_pid=0,
             ports=dict(zip(_PORT_NAMES, _free_ports(len(_PORT_NAMES)), strict=True)),
             temp_dir=temp_dir,
-            num_cpus=num_cpus if num_cpus is not None else (os.cpu_count() or 1),
-            num_gpus=num_gpus if num_gpus is not None else count_gpus(),
+            num_cpus=num_cpus,
+            num_gpus=num_gpus,
             # Pinned, so head and client agree whatever ~/.ray holds (a token file there flips Ray 2.58 into token mode)
             auth_mode="token" if auth else "disabled",
             token_path=str(_new_token(d)) if auth else None,
@@ -335,7 +338,8 @@ def start_head(
         log.close()
         head.supervisor_pid = proc.pid
         (d / "head.json").write_text(head.to_json())
-        say(f"starting an embedded Ray head ({head.num_cpus} CPUs, {head.num_gpus} GPUs) ...")
+        asked = [f"{n:g} {what}" for n, what in ((head.num_cpus, "CPUs"), (head.num_gpus, "GPUs")) if n is not None]
+        say(f"starting an embedded Ray head ({', '.join(asked) or 'the CPUs and GPUs Ray finds here'}) ...")
         t0 = time.monotonic()
         while True:
             if proc.poll() is not None:

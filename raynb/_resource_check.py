@@ -1,5 +1,7 @@
-"""Will a run's workers fit the cluster: against what it has now, or, autoscaled, what it has at full size. Refused
-at once when never, said when only once it has grown; nothing waits forever on a shape that cannot be placed."""
+"""Will a run's workers fit the cluster: against what it has now, or, autoscaled, what it has at full size; and each
+worker on a node of its own size (Ray places a worker on one node: 2 workers of 6 CPUs never fit two 4-CPU nodes,
+though 8 CPUs is more than 12 is not). Refused at once when never, said when only once it has grown; nothing waits
+forever on a shape that cannot be placed."""
 
 from __future__ import annotations
 
@@ -15,16 +17,19 @@ def check_resources(
     cpus_per_worker: float,
     total: dict[str, float] | None = None,
     grows_to: dict[str, float] | None = None,
+    nodes: list[dict[str, float]] | None = None,
 ) -> str | None:
     """Refuse a run the cluster can never place, instead of waiting forever. ``total``: the cluster's resources
-    now; ``grows_to``: an autoscaled cluster's at full size (default for both: asked from the connected cluster).
-    Returns what to tell the user when the run fits only once the cluster has grown (None: it fits now)."""
+    now; ``grows_to``: an autoscaled cluster's at full size; ``nodes``: each live node's resources (default for all
+    three: asked from the connected cluster). Returns what to tell the user when the run fits only once the cluster
+    has grown (None: it fits now)."""
     if total is None:
         import ray
 
         if not ray.is_initialized():
             raise not_connected()
         total = ray.cluster_resources()
+        nodes = [dict(n.get("Resources") or {}) for n in ray.nodes() if n.get("Alive")]
         cl = current()
         grows_to = cl.backend.grows_to() if cl is not None else None
     need_cpu = workers * cpus_per_worker
@@ -52,6 +57,8 @@ def check_resources(
             + (" or --cpus-per-worker " + f"{have_cpu / workers:g}" if have_cpu / workers >= 0.1 else "")
             + ", or start a bigger cluster.",
         )
+    if nodes and not grows_to:  # an autoscaled cluster's future nodes are not here to measure
+        _check_per_node(workers, gpu, cpus_per_worker, nodes)
     short = (gpu and workers > now_gpu) or need_cpu > now_cpu
     if not short:
         return None
@@ -59,4 +66,34 @@ def check_resources(
         f"the cluster has {now_gpu:g} GPUs and {now_cpu:g} CPUs now: its autoscaler adds worker nodes for this run "
         "(on EKS Karpenter or the Cluster Autoscaler provisions them and the image is pulled: minutes); the run "
         "starts once they join"
+    )
+
+
+def workers_that_fit(gpu: bool, cpus_per_worker: float, node: dict[str, float]) -> int:
+    """How many workers of this shape one node holds."""
+    fits = int(node.get("CPU", 0.0) // cpus_per_worker) if cpus_per_worker > 0 else 10**6
+    return min(fits, int(node.get("GPU", 0.0))) if gpu else fits
+
+
+def _check_per_node(workers: int, gpu: bool, cpus_per_worker: float, nodes: list[dict[str, float]]) -> None:
+    shape = f"{cpus_per_worker:g} CPUs" + (" and 1 GPU" if gpu else "")
+    fit = sum(workers_that_fit(gpu, cpus_per_worker, n) for n in nodes)
+    if fit >= workers:
+        return
+    largest = max(nodes, key=lambda n: (n.get("GPU", 0.0), n.get("CPU", 0.0)) if gpu else n.get("CPU", 0.0))
+    sizes = ", ".join(f"{n.get('CPU', 0.0):g} CPUs" + (f" {n.get('GPU', 0.0):g} GPUs" if gpu else "") for n in nodes)
+    what = (
+        f"a worker needs {shape} on one node, but the largest node has {largest.get('CPU', 0.0):g} CPUs"
+        + (f" and {largest.get('GPU', 0.0):g} GPUs" if gpu else "")
+        if fit == 0
+        else f"{workers} workers of {shape} were asked for, but the nodes hold {fit} of that size"
+    )
+    # the most CPUs a worker can ask for with all of them placed, as CPUs split evenly on some node
+    cands = [n.get("CPU", 0.0) / k for n in nodes for k in range(1, workers + 1)]
+    per = max((c for c in cands if c >= 0.1 and sum(workers_that_fit(gpu, c, n) for n in nodes) >= workers), default=0)
+    options = ([f"use --workers {fit}"] if fit >= 1 else []) + ([f"--cpus-per-worker {per:g}"] if per else [])
+    raise InsufficientResourcesError(
+        what + " (Ray places each worker on a single node).",
+        saw=f"nodes: {sizes}",
+        fix=" or ".join(options) + (", or " if options else "") + "nodes of a bigger size.",
     )

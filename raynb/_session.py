@@ -269,7 +269,8 @@ def connect(
             )
             global _generation
             _generation += 1
-            say(f"connected to {address}")
+            res = ray.cluster_resources()
+            say(f"connected to {address} ({res.get('CPU', 0):g} CPUs, {res.get('GPU', 0):g} GPUs)")
             return
         except (ConnectionError, ConnectionAbortedError, TimeoutError) as e:
             last = e

@@ -50,10 +50,12 @@ class Settings:
     gpu: bool = option(False, "one GPU per worker (NCCL); `--gpu $USE_GPU` takes a notebook variable", "--gpu")
     cpus_per_worker: float = option(1.0, "CPUs each worker reserves (gloo)", "--cpus-per-worker")
     local_num_cpus: int | None = option(
-        None, "CPUs the embedded head offers (default: what the machine has)", "--num-cpus"
+        None,
+        "CPUs the embedded head offers (default: what Ray detects, a container's CPU limit included)",
+        "--num-cpus",
     )
     local_num_gpus: int | None = option(
-        None, "GPUs the embedded head offers (default: what the machine has)", "--num-gpus"
+        None, "GPUs the embedded head offers (default: what Ray detects, CUDA_VISIBLE_DEVICES included)", "--num-gpus"
     )
     local_dashboard: bool = option(
         True, "start the embedded head with Ray's dashboard (needs ray[default])", "--no-dashboard"

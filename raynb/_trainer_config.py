@@ -115,8 +115,9 @@ def trainer_kwargs(
                 "give the CheckpointConfig once",
             )
         changes["checkpoint_config"] = checkpoint_config
-    if run_config.logging_config is None:
-        # Train's INFO lines (resource requests, worker group layout) would bury the user's own prints
+    if run_config.logging_config is None or run_config.logging_config == LoggingConfig():
+        # Train's INFO lines (resource requests, worker group layout, prepare_model's narration) would bury the user's
+        # own prints. RunConfig always fills in LoggingConfig() (INFO): that, like None, is "not given"
         changes["logging_config"] = LoggingConfig(log_level=train_log_level)
     user_rt = dict(run_config.worker_runtime_env or {})
     user_vars = dict(user_rt.get("env_vars") or {})

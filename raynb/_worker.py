@@ -208,6 +208,7 @@ def run_on_worker(payload: bytes, config: dict[str, Any], sink: Any, info: dict[
             "node_rank": ctx.get_node_rank(),
             "pid": os.getpid(),
             "gpu": gpu,
+            "gpu_sampling_off": sampler.why_off if sampler is not None else None,
         }
     )
     t0 = time.time()

@@ -126,10 +126,18 @@ def _gpu_cells(run: ViewedRun, agg: Any) -> list[tuple[str, float, str]]:
 
 
 def _gpu_strip(run: ViewedRun, agg: Any) -> str:
-    """A compact strip: each rank's (or node's) GPU utilisation as a bar, memory and power; an idle rank named."""
+    """A compact strip: each rank's (or node's) GPU utilisation as a bar, memory and power; an idle rank named. On
+    GPU workers that cannot read NVML, one line that says so (rather than no strip and no word)."""
     cells = _gpu_cells(run, agg)
     if not cells:
-        return ""
+        off = sorted((e["rank"], e["gpu_sampling_off"]) for e in run.events if e.get("gpu_sampling_off"))
+        if not off:
+            return ""
+        ranks = ", ".join(str(r) for r, _ in off)
+        return (
+            f'<div class="raynb-gpu-sampling-off" style="font-size:12px;margin-top:4px;color:#666">GPU sampling is off on '
+            f"rank {html.escape(ranks)}: {html.escape(off[0][1])} (no GPU strip, no MFU)</div>"
+        )
     parts = []
     for label, util, detail in cells:
         color = "#198754" if util >= 60 else "#fd7e14" if util >= 30 else "#dc3545"

@@ -7,9 +7,13 @@ import subprocess
 import sys
 
 
-def script_result(script: str, args: list[str], env: dict[str, str], timeout: float) -> dict:
-    """Run ``script`` with ``args`` in a fresh Python and return what its ``RESULT {json}`` line says."""
-    p = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True, timeout=timeout)
+def script_result(
+    script: str, args: list[str], env: dict[str, str], timeout: float, wrapper: tuple[str, ...] = ()
+) -> dict:
+    """Run ``script`` with ``args`` in a fresh Python (under ``wrapper``'s command, if any) and return what its
+    ``RESULT {json}`` line says."""
+    cmd = [*wrapper, sys.executable, "-c", script, *args]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     line = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
     assert line, p.stdout[-2000:] + p.stderr[-3000:]
     return json.loads(line[0][7:])

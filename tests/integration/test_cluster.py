@@ -58,8 +58,10 @@ def test_second_up_reuses_the_running_head(cluster: raynb.Cluster) -> None:
 
 
 def test_status_and_dashboard_magics(cluster: raynb.Cluster, ip) -> None:
+    import ray
+
     st = ip.run_line_magic("raycluster", "status")
-    assert st.cpus == cluster.backend.head.num_cpus and len(st.nodes) == 1 and st.nodes[0].is_head
+    assert st.cpus == ray.cluster_resources()["CPU"] and len(st.nodes) == 1 and st.nodes[0].is_head
     assert "dashboard http://127.0.0.1:" in st.text() and "<table" in st.html()
     link = ip.run_line_magic("raycluster", "dashboard")
     bundle = link._repr_mimebundle_()
@@ -125,7 +127,9 @@ def test_token_auth_head_is_detected_instead_of_hanging(cluster: raynb.Cluster, 
     """The trap: a head in token mode, a kernel that does not know. raynb asks the dashboard first. The head is the
     session's (token mode, as every embedded head by default); the kernels are fresh processes with a home of their
     own, so they know no token until the script writes one to ~/.ray/auth_token."""
-    head = cluster.backend.head
+    import ray
+
+    head, cpus = cluster.backend.head, ray.cluster_resources()["CPU"]
     assert head.token_path, "the session head runs in token mode"
     home = tmp_path / "home"
     home.mkdir()
@@ -138,9 +142,47 @@ def test_token_auth_head_is_detected_instead_of_hanging(cluster: raynb.Cluster, 
     out = results["fresh"]
     assert "requires token authentication" in out["no_token"] and "~/.ray/auth_token" in out["no_token"]
     assert out["no_token_s"] < 29  # the hang alone takes 30 s: any hang crosses this, however loaded the machine
-    assert out["mode"] == "token" and out["cpus"] == head.num_cpus  # connected, in token mode
+    assert out["mode"] == "token" and out["cpus"] == cpus  # connected, in token mode
     late = results["imported-first"]
     # Ray was imported before the token existed: raynb switches it with Ray's own reset and connects
     # (no time bound here: without the switch the connect never succeeds, and Ray 2.58's Ray Client in token mode
     # sometimes spends ~30 s on a first attempt that fails before a second one connects -- seen in full runs)
-    assert late["late"] == "connected" and late["late_cpus"] == head.num_cpus, late
+    assert late["late"] == "connected" and late["late_cpus"] == cpus, late
+
+
+LIMITED_SCRIPT = textwrap.dedent("""
+    import json, ray, raynb
+    said = []
+    c = raynb.up(local=True, progress=said.append)
+    out = {"cpus": ray.cluster_resources()["CPU"], "status": c.status().cpus, "said": said}
+    c.down()
+    print("RESULT " + json.dumps(out))
+""")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").exists(),
+                    reason="a CPU cgroup of its own needs root and cgroup v1's cpu controller")  # fmt: skip
+def test_a_head_in_a_container_limited_to_one_cpu_offers_one(tmp_path: Path) -> None:
+    """What a SageMaker Studio space or a JupyterHub pod is: a CPU quota (here 1 CPU) on a bigger machine, and its
+    /sys/fs/cgroup showing that quota. The embedded head leaves the count to Ray, which reads the quota: it offers 1
+    CPU, not the machine's count, and says so when the kernel connects."""
+    cg = Path("/sys/fs/cgroup/cpu") / f"raynb-test-{os.getpid()}"
+    cg.mkdir()
+    (cg / "cpu.cfs_period_us").write_text("100000")
+    (cg / "cpu.cfs_quota_us").write_text("100000")  # one CPU's worth of every period
+    # a mount namespace where this cgroup's files are /sys/fs/cgroup/cpu, as a container's are; the head inherits it
+    inside = f'echo $$ > {cg}/cgroup.procs && mount --bind {cg} /sys/fs/cgroup/cpu && exec "$@"'
+    wrapper = ("unshare", "--mount", "--propagation", "private", "sh", "-c", inside, "sh")
+    env = {**os.environ, "RAYNB_HOME": str(tmp_path / "home"), "RAYNB_LOCAL_DASHBOARD": "0", "RAYNB_LOCAL_AUTH": "0"}
+    try:
+        out = script_result(LIMITED_SCRIPT, [], env, timeout=240, wrapper=wrapper)
+    finally:
+        for _ in range(50):
+            try:
+                cg.rmdir()
+                break
+            except OSError:  # its last processes are still exiting
+                time.sleep(0.2)
+    assert (os.cpu_count() or 1) > 1, "the machine must have more CPUs than the limit for this to tell"
+    assert out["cpus"] == 1.0 and out["status"] == 1.0, out
+    assert any("Ray finds here" in m for m in out["said"]) and any("(1 CPUs, 0 GPUs)" in m for m in out["said"]), out

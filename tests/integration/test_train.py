@@ -162,7 +162,10 @@ def test_one_run_carries_globals_modules_env_metrics_and_nccl(
     assert "<div" not in out
     hello = [ln for ln in lines if "hello from a worker" in ln]
     assert len(hello) == 2 and all("[kitchen]" not in ln for ln in hello), hello
-    assert "SIGTERM handler" not in out + err and "Requesting resources" not in out
+    assert "SIGTERM handler" not in out + err
+    # Ray Train's INFO narration, dropped by Train itself at the level raynb gives it (no pattern of raynb's hides it)
+    train_info = ("Requesting resources", "Started training worker group", "Setting up process group", "Moving model")
+    assert not [t for t in train_info if t in out + err], out[-3000:]
     assert run.result["path"].endswith("kitchen") and run.first_step_at is not None and run.elapsed > 0
     df = run.metrics
     assert list(df.columns[:3]) == ["rank", "step", "time"] and {"loss", "samples"} <= set(df.columns)

@@ -4,9 +4,10 @@ sampler itself reads NVML on the lent GPU: bench/gpu_sampling.py); no NVML, no s
 from __future__ import annotations
 
 import re
+import sys
 from types import SimpleNamespace
 
-from raynb._gpu_sampler import GpuSampler
+from raynb._gpu_sampler import GpuSampler, nvml_module
 from raynb.display import render_bundle
 from raynb.display.aggregate import Aggregate
 from tests.unit.fake_run import fake_run
@@ -52,6 +53,24 @@ def test_no_nvml_no_samples_and_no_strip(monkeypatch) -> None:
         and "MFU" not in b["text/html"]
         and not re.search(r"GPU \d+%", b["text/plain"])
     )
+
+
+def test_nvml_comes_with_ray_when_nvidia_ml_py_is_not_installed(monkeypatch) -> None:
+    """pyproject does not pull nvidia-ml-py in; Ray ships the same bindings (it counts GPUs with them)."""
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # as on an install without nvidia-ml-py
+    nvml = nvml_module()
+    assert nvml.__name__ == "ray._private.thirdparty.pynvml" and callable(nvml.nvmlDeviceGetUtilizationRates)
+
+
+def test_a_gpu_worker_without_nvml_says_why_once_in_the_view(monkeypatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # a GPU is named, but this machine has no NVIDIA driver
+    why = GpuSampler(0).why_off
+    assert why and why.startswith("NVML could not read GPU 0: NVMLError"), why
+    events = [{"kind": "worker_started", "rank": r, "gpu": "0", "gpu_sampling_off": why} for r in (1, 0)]
+    html = render_bundle(_run(_steps(2, 40), events))["text/html"]
+    assert html.count("GPU sampling is off") == 1 and "on rank 0, 1: NVML could not read GPU 0" in html, html
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert GpuSampler(0).why_off is None  # a CPU worker: nothing to say
 
 
 def test_strip_per_rank_and_mfu_beside_throughput() -> None:

@@ -7,7 +7,6 @@ from raynb._log_filter import LineFilter
 
 W, C = "\x1b[36m(RayTrainWorker pid=2033)\x1b[0m ", "\x1b[36m(TrainController pid=1827)\x1b[0m "
 FAILING_RUN = [
-    C + "Requesting resources: {'CPU': 1.0} * 2\n",
     W + "user print before the failure\n",
     W + "Error in training function:\n",
     W + "Traceback (most recent call last):\n",
@@ -32,11 +31,11 @@ FAILING_RUN = [
 def test_rays_copies_of_the_failure_and_its_chatter_stay_out() -> None:
     f = LineFilter()
     kept = [ln for ln in FAILING_RUN if f.keep(ln)]
-    assert kept == [FAILING_RUN[1], FAILING_RUN[16], FAILING_RUN[18]]
+    assert kept == [FAILING_RUN[0], FAILING_RUN[15], FAILING_RUN[17]]
 
 
 def test_a_message_of_several_lines_is_filtered_line_by_line() -> None:
-    assert LineFilter().text("".join(FAILING_RUN[:4])) == FAILING_RUN[1]
+    assert LineFilter().text("".join(FAILING_RUN[:3])) == FAILING_RUN[0]
 
 
 def test_trains_resource_request_retry_on_a_busy_machine_stays_out() -> None:
@@ -73,9 +72,9 @@ def test_rays_own_logger_in_the_notebook_drops_the_same_noise() -> None:
     assert f.filter(record("Connecting to existing Ray cluster at address: 127.0.0.1:6379"))
 
 
-def test_prepare_models_narration_stays_out_and_user_lines_stay_in() -> None:
+def test_user_lines_that_read_like_trains_narration_stay_in() -> None:
+    """Train's own INFO lines are dropped by Train (raynb gives it WARNING: tests/unit/test_trainer_config.py); the
+    filter no longer guesses at them, so a user's line is never taken for one."""
     f = LineFilter()
-    assert (
-        f.text(W + "Moving model to device: cpu\n" + W + "Wrapping provided model in DistributedDataParallel.\n") == ""
-    )
-    assert f.text(W + "moving my model to the GPU now\n") == W + "moving my model to the GPU now\n"
+    for line in ("Moving model to device: cpu\n", "Requesting resources: my own\n", "moving my model to the GPU now\n"):
+        assert f.text(W + line) == W + line

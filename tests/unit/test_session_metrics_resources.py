@@ -154,3 +154,25 @@ def test_check_resources_refuses_what_can_never_be_placed() -> None:
     with pytest.raises(InsufficientResourcesError) as e:
         check_resources(1, True, 1.0, total={"CPU": 16.0})
     assert "drop --gpu" in (e.value.fix or "")
+
+
+def test_each_worker_must_fit_on_one_node() -> None:
+    """Ray places a worker on one node: the cluster's totals are not enough."""
+    two_small = [{"CPU": 4.0}, {"CPU": 4.0}]
+    with pytest.raises(InsufficientResourcesError) as e:  # 12 CPUs > 8 in all, caught by the totals anyway
+        check_resources(2, False, 6.0, total={"CPU": 8.0}, nodes=two_small)
+    with pytest.raises(InsufficientResourcesError) as e:  # 6 CPUs each, 8 in all: only a node of 6 holds one
+        check_resources(1, False, 6.0, total={"CPU": 8.0}, nodes=two_small)
+    assert "a worker needs 6 CPUs on one node, but the largest node has 4 CPUs" in e.value.what, e.value.what
+    assert "nodes: 4 CPUs, 4 CPUs" in (e.value.saw or "") and "--cpus-per-worker 4" in (e.value.fix or "")
+    with pytest.raises(InsufficientResourcesError) as e:  # 9 CPUs of 10, but 3 CPUs fit once on each 5-CPU node
+        check_resources(3, False, 3.0, total={"CPU": 10.0}, nodes=[{"CPU": 5.0}, {"CPU": 5.0}])
+    assert "3 workers of 3 CPUs were asked for, but the nodes hold 2" in e.value.what and "--workers 2" in e.value.fix
+    assert check_resources(2, False, 3.0, total={"CPU": 10.0}, nodes=[{"CPU": 5.0}, {"CPU": 5.0}]) is None
+    gpu_nodes = [{"CPU": 48.0, "GPU": 4.0}, {"CPU": 48.0, "GPU": 4.0}, {"CPU": 2.0}]  # g6.12xlarge x 2 and the head
+    assert check_resources(8, True, 12.0, total={"CPU": 98.0, "GPU": 8.0}, nodes=gpu_nodes) is None
+    small = [{"CPU": 40.0, "GPU": 4.0}, {"CPU": 40.0, "GPU": 4.0}, {"CPU": 20.0}]  # 100 CPUs, 8 GPUs in all
+    with pytest.raises(InsufficientResourcesError) as e:  # 12 CPUs and a GPU a worker: 3 per 40-CPU node, 6 < 8
+        check_resources(8, True, 12.0, total={"CPU": 100.0, "GPU": 8.0}, nodes=small)
+    assert "8 workers of 12 CPUs and 1 GPU were asked for, but the nodes hold 6" in e.value.what, e.value.what
+    assert e.value.fix == "use --workers 6 or --cpus-per-worker 10, or nodes of a bigger size.", e.value.fix

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
 
 from raynb._trainer_config import shape_of, trainer_kwargs
 from raynb.errors import UsageError
@@ -34,3 +34,13 @@ def test_a_shape_given_twice_is_refused_naming_both() -> None:
     assert shape_of(sc, workers=None, gpu=None, cpus_per_worker=None) == {"workers": 4, "gpu": False}
     with pytest.raises(UsageError, match=r"workers \(raynb\) and ScalingConfig.num_workers is given twice: 2 and 4"):
         shape_of(sc, workers=2, gpu=None, cpus_per_worker=None)
+
+
+def test_train_logs_at_warning_unless_the_user_chose_a_level() -> None:
+    """RunConfig fills in LoggingConfig() (INFO) by itself, so "not given" is that default as much as None: Train's
+    INFO narration would otherwise reach the cell (raynb/_log_filter.py no longer chases its strings)."""
+    assert RunConfig().logging_config == LoggingConfig()  # Ray's default, never None
+    assert trainer_kwargs(**BASE)["run_config"].logging_config.log_level == "WARNING"
+    assert trainer_kwargs(**BASE, run_config=RunConfig())["run_config"].logging_config.log_level == "WARNING"
+    mine = RunConfig(logging_config=LoggingConfig(log_level="DEBUG"))
+    assert trainer_kwargs(**BASE, run_config=mine)["run_config"].logging_config.log_level == "DEBUG"
