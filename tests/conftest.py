@@ -80,12 +80,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if area:
             item.add_marker(getattr(pytest.mark, "area_" + area.replace("-", "_")))
     # the unit tests first (a mistake shows in seconds), the Kubernetes tests last (their stack builds meanwhile)
-    items.sort(key=lambda i: {"unit": 0, "k8s": 2}.get(_tier(i), 1))
-
-
-def _tier(item: pytest.Item) -> str:
-    parts = item.nodeid.split("/")
-    return parts[1] if len(parts) > 2 and parts[0] == "tests" else ""
+    items.sort(key=lambda i: 0 if i.get_closest_marker("unit") else 2 if i.get_closest_marker("k8s") else 1)
 
 
 _STACK_BUILD: list[str | None] = []  # the background build's status, once waited for
@@ -96,7 +91,9 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     """Before the first test that needs the test stack, wait for its background build (outside the test's time
     limit: this wrapper runs outside pytest-timeout's); a failed build is shown here, and those tests then skip
     (which fails CI)."""
-    if not _STACK_BUILD and needs_stack(_tier(item), item.get_closest_marker("s3") is not None):
+    if not _STACK_BUILD and needs_stack(
+        item.get_closest_marker("k8s") is not None, item.get_closest_marker("s3") is not None
+    ):
         reporter = item.config.pluginmanager.get_plugin("terminalreporter")
         say = reporter.write_line if reporter is not None else print
         status = wait_for_build(say)

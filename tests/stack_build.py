@@ -13,9 +13,9 @@ from pathlib import Path
 WAIT_S = 3600.0
 
 
-def needs_stack(tier: str, marked_s3: bool) -> bool:
+def needs_stack(k8s: bool, s3: bool) -> bool:
     """The Kubernetes tests, and the tests marked ``s3`` (they start the S3 server)."""
-    return tier == "k8s" or marked_s3
+    return k8s or s3
 
 
 def wait_for_build(say: Callable[[str], None], folder: str | None = None) -> str | None:

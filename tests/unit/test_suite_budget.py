@@ -65,7 +65,7 @@ def test_the_sampler_bills_a_new_process_to_the_running_test() -> None:
 
 
 def test_the_tests_that_need_the_stack_wait_for_its_background_build(tmp_path: Path, monkeypatch) -> None:
-    assert needs_stack("k8s", False) and needs_stack("integration", True) and not needs_stack("integration", False)
+    assert needs_stack(True, False) and needs_stack(False, True) and not needs_stack(False, False)
     monkeypatch.delenv("RAYNB_STACK_BUILD", raising=False)
     assert wait_for_build(print) is None  # pytest by hand: nothing to wait for
     said: list[str] = []
