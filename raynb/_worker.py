@@ -20,7 +20,7 @@ from typing import Any
 from . import _metrics as metrics
 from ._gpu_sampler import GpuSampler
 
-__all__ = ["run_on_worker", "format_frames", "NcclWatcher"]
+__all__ = ["run_on_worker", "error_event", "format_frames", "NcclWatcher"]
 
 _NCCL_VARS = ("NCCL_NET_PLUGIN", "NCCL_NET", "FI_PROVIDER", "NCCL_IB_DISABLE", "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE")
 
@@ -122,6 +122,19 @@ def _frames(tb: Any) -> list[dict[str, Any]]:
     return out
 
 
+def error_event(rank: int, e: BaseException) -> dict[str, Any]:
+    """What a rank tells the run when the cell raised: the exception and the cell's frames (raynb/_run_error.py
+    turns these into the run's one error)."""
+    return {
+        "kind": "worker_error",
+        "rank": rank,
+        "type": type(e).__name__,
+        "message": str(e),
+        "frames": _frames(e.__traceback__),
+        "node": socket.gethostname(),
+    }
+
+
 def format_frames(frames: list[dict[str, Any]], cell_file: str | None, cell_source: str | None = None) -> list[str]:
     """Render frames like a traceback; frames of the cell say ``cell line N`` and show that line of the cell."""
     cell_lines = cell_source.splitlines() if cell_source else []
@@ -220,16 +233,8 @@ def run_on_worker(payload: bytes, config: dict[str, Any], sink: Any, info: dict[
         nccl.close()
         _untee(real_out, real_err)
         rep.close()
-        err = {
-            "kind": "worker_error",
-            "rank": rank,
-            "type": type(e).__name__,
-            "message": str(e),
-            "frames": _frames(e.__traceback__),
-            "node": socket.gethostname(),
-        }
         with contextlib.suppress(Exception):
-            ray.get(sink.event.remote(err), timeout=5)
+            ray.get(sink.event.remote(error_event(rank, e)), timeout=5)
         raise
     else:
         nccl.close()

@@ -8,7 +8,7 @@ import pytest
 from raynb._cell import compile_cell
 from raynb._magic_args import parse_train_line
 from raynb._run_error import assemble_error
-from raynb._worker import _frames
+from raynb._worker import error_event
 from raynb.errors import UndefinedNameError
 
 LINE = "%%raytrain --workers 2\n"  # the magic hands the whole cell, its first line included
@@ -21,13 +21,12 @@ CELL = (
 
 
 def _worker_error(rank: int, cell: str = CELL, filename: str = "<raytrain-cell-3>", check_names: bool = True) -> dict:
-    """What a worker sends when the cell raises: the event of raynb/_worker.py, from the real traceback."""
+    """What a worker sends when the cell raises (raynb/_worker.py's event), from the real traceback."""
     fn = compile_cell(cell, {"__name__": "__main__"}, filename=filename, check_names=check_names)
     try:
         fn({"rank": rank})
     except (ValueError, RuntimeError, NameError) as e:
-        return {"kind": "worker_error", "rank": rank, "type": type(e).__name__, "message": str(e),
-                "frames": _frames(e.__traceback__), "node": "n1"}  # fmt: skip
+        return error_event(rank, e)
     raise AssertionError("the cell did not raise")
 
 
