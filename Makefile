@@ -57,7 +57,7 @@ test-fast: lint
 
 test-area: setup k8s-stack-start
 	@$(VENV)/bin/python -c 'import sys; from tests.areas import AREAS; a = sys.argv[1]; \
-	  a in AREAS or sys.exit(f"make test-area A=<area>: one of {\", \".join(AREAS)} (got {a!r})")' "$(A)"
+	  a in AREAS or sys.exit("make test-area A=<area>: one of " + ", ".join(AREAS) + f" (got {a!r})")' "$(A)"
 	RAYNB_STACK_BUILD=$(STACK_BUILD) $(VENV)/bin/python -m pytest -m "area_$(subst -,_,$(A))" $(PYTEST_ARGS)
 
 bench: setup

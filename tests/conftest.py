@@ -105,6 +105,23 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     yield
 
 
+_JOURNEY_FAILED: dict[str, str] = {}  # a journey module's path -> its stage that failed
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    outcome = yield
+    if item.get_closest_marker("journey") and outcome.get_result().failed:  # type: ignore[attr-defined]
+        _JOURNEY_FAILED.setdefault(str(item.path), item.name)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A journey's stages build on each other: once one fails, the later ones say so instead of failing again."""
+    failed = _JOURNEY_FAILED.get(str(item.path)) if item.get_closest_marker("journey") else None
+    if failed:
+        pytest.skip(f"an earlier stage of this journey failed: {failed}")
+
+
 _TIER_SECONDS: dict[str, float] = {}
 _TEST_SECONDS: dict[str, float] = {}
 _STARTED = time.monotonic()
