@@ -1,6 +1,6 @@
 """%%raytrain / raynb.train on a real local head over Ray Client, CPU workers with gloo: one run that carries the
 checks every run needs (terminal IPython's text view among them), the refusals before any worker starts, and a
-restart from a checkpoint on S3."""
+restart from a checkpoint on S3; a run gone with an earlier head."""
 
 from __future__ import annotations
 
@@ -104,6 +104,29 @@ def test_unpicklable_global_is_named(ip) -> None:
 def test_syntax_error_points_at_the_cell_line(ip) -> None:
     result = ip.run_cell("%%raytrain --workers 2\nx = 1\nfor i in range(3)\n    pass")
     assert "line 3" in result.error_in_exec.message
+
+
+def test_a_run_from_before_the_head_started_is_said_to_be_gone_with_it(cluster: raynb.Cluster) -> None:
+    """The head started again (on Kubernetes: its pod was replaced) after a run this machine saw start: attaching
+    says the run went with the old head and where its checkpoints are, not "no such run". The journal entry is the
+    one a kernel writes when a run starts (`remember`), dated before this head started."""
+    import ray
+
+    from raynb._run_journal import remember
+    from raynb._runs import _registry
+    from raynb.errors import UsageError
+
+    head_since = float(ray.get(_registry().started_at.remote()))
+    remember("before-the-head", head_since - 60, "s3://bucket/ray?endpoint_override=http://s3:8333")
+    with pytest.raises(UsageError) as ei:
+        raynb.attach("before-the-head")
+    assert "The run 'before-the-head' is gone with this cluster's head" in ei.value.what, ei.value.message
+    assert ei.value.fix and ei.value.fix.startswith(
+        "checkpoints it saved are under s3://bucket/ray/before-the-head?endpoint_override=http://s3:8333: run the "
+        "cell again with `--name before-the-head`"
+    ), ei.value.fix
+    with pytest.raises(UsageError, match="No run named 'never-here' on this cluster"):
+        raynb.attach("never-here")  # a name this machine never saw: not "gone"
 
 
 def test_one_run_carries_globals_modules_env_metrics_and_nccl(
@@ -245,6 +268,8 @@ def test_a_lost_worker_restarts_the_run_from_its_checkpoint_on_s3(
                 checkpoint = ray.train.Checkpoint.from_directory(d) if keep else None
                 ray.train.report({"loss": 1.0 / step, "step": step}, checkpoint=checkpoint)
 
+    from ray.train import ScalingConfig
+
     from raynb.display import render_bundle
 
     weed = s3_server(tmp_path / "s3") if weed_binary() is not None else None
@@ -268,9 +293,11 @@ def test_a_lost_worker_restarts_the_run_from_its_checkpoint_on_s3(
             with ray.train.get_checkpoint().as_directory() as d:  # the same name: Ray Train finds the newest
                 ray.train.report({"resumed_from": json.loads(Path(d, "state.json").read_text())["step"]})
 
-        again = raynb.train(resumed, settings=resolve({"workers": 1, "storage_path": storage}), display=False,
-                            name="restart-test")  # fmt: skip
+        # the shape from Ray's own ScalingConfig (one worker; the settings say two)
+        again = raynb.train(resumed, settings=resolve({"storage_path": storage}), display=False, name="restart-test",
+                            scaling_config=ScalingConfig(num_workers=1))  # fmt: skip
         assert again.status == "succeeded" and list(again.metrics.resumed_from) == [8], again.error
+        assert list(again.metrics["rank"]) == [0], again.metrics
         # the doctor's round trip through the same storage (a file written and read back by tasks on the cluster)
         monkeypatch.setenv("RAYNB_STORAGE_PATH", storage)
         (check,) = [c for c in raynb.doctor().checks if c.name == "checkpoint storage"]
