@@ -21,9 +21,8 @@ AREAS = {
         "k8s/test_in_cluster.py",
         "k8s/test_node_pools.py",
         "k8s/test_auth_on_kubernetes.py",
-        "k8s/test_through_kubernetes.py",
     ),
-    "k8s-runs": ("k8s/test_qwen_notebook_on_kubernetes.py", "k8s/test_run_outlives_the_tunnel.py"),
+    "k8s-runs": ("k8s/test_qwen_notebook_on_kubernetes.py", "k8s/test_through_kubernetes.py"),
 }
 
 
