@@ -111,7 +111,7 @@ _JOURNEY_FAILED: dict[str, str] = {}  # a journey module's path -> its stage tha
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
     outcome = yield
-    if item.get_closest_marker("journey") and outcome.get_result().failed:  # type: ignore[attr-defined]
+    if item.get_closest_marker("journey") and outcome.get_result().failed:
         _JOURNEY_FAILED.setdefault(str(item.path), item.name)
 
 
