@@ -9,6 +9,7 @@ and stopping kills the launcher. Starting runs is ``_train.py``'s job; finding t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import getpass
 import signal
 import socket
@@ -75,6 +76,7 @@ class Run:
         self._in_background = False
         #: starts the same function again with changes (set by whoever started this run: ``_train.py``)
         self._rerun: Callable[..., Run] | None = None
+        self._on_end: list[Callable[[], None]] = []
 
     # --- what a user reads ------------------------------------------------------------------------------------
     @property
@@ -132,17 +134,9 @@ class Run:
         """Steady-state throughput of a reported count (``tokens``, ``samples``): the sum over ranks per second of
         wall time, after the first ``skip_steps`` steps (default: a tenth of the run) — compile, warm-up and
         start-up excluded, unlike ``total / elapsed``."""
-        recs = [r for r in self.records if key in r and "time" in r]
-        if not recs:
-            return 0.0
-        last = max(int(r.get("step", 0)) for r in recs)
-        skip = max(1, last // 10) if skip_steps is None else skip_steps
-        base = [r for r in recs if int(r.get("step", 0)) <= skip]
-        after = [r for r in recs if int(r.get("step", 0)) > skip]
-        if not base or not after:
-            return 0.0
-        t0, t1 = max(r["time"] for r in base), max(r["time"] for r in after)
-        return float(sum(r[key] for r in after) / (t1 - t0)) if t1 > t0 else 0.0
+        from .display.series import steady_rate
+
+        return steady_rate(self.records, key, skip_steps)
 
     @property
     def elapsed(self) -> float:
@@ -374,7 +368,7 @@ class Run:
         self.result = out
         # The launcher and sink belong to the cluster: the registry ends the launcher, the sink keeps the history.
         prewarm(self.settings)  # the next cell finds a warm launcher
-        self._ended.set()
+        self._mark_ended()
 
     def abort(self, timeout: float = 5.0) -> None:
         """Stop the run now: the registry kills the launcher, which takes the Train controller and workers with it."""
@@ -386,10 +380,8 @@ class Run:
         try:
             ray.get(self._registry.stop.remote(self.name, step), timeout=10)
         except Exception:  # noqa: BLE001 - the registry does not answer: kill the launcher from here
-            try:
+            with contextlib.suppress(Exception):
                 ray.kill(self._launcher, no_restart=True)
-            except Exception:  # noqa: BLE001
-                pass
         self._done.wait(timeout)
         if self.stream:
             self.stream.stop(final_drain=True, keep_records=self._keep_records)
@@ -397,4 +389,12 @@ class Run:
         self.status = "aborted"
         self.aborted_at_step = max(step, self.step)
         prewarm(self.settings)
+        self._mark_ended()
+
+    def _mark_ended(self) -> None:
+        """The final state is in: what follows the run (a background view) draws its last picture, then wait() returns."""
+        hooks, self._on_end = self._on_end, []
+        for hook in hooks:
+            with contextlib.suppress(Exception):  # a view that cannot draw must not keep wait() from returning
+                hook()
         self._ended.set()

@@ -239,14 +239,19 @@ def follow(
 
     run._in_background = True
 
-    def in_background() -> None:
-        run._wait(on_tick=view.refresh if view else None)
+    def last_picture() -> None:
         if controls is not None:
             controls.close()
         if view is not None:
             view.finish()
 
-    threading.Thread(target=in_background, name=f"raynb-follow-{run.name}", daemon=True).start()
+    run._on_end.append(last_picture)  # drawn before run.wait() returns
+    threading.Thread(
+        target=run._wait,
+        kwargs={"on_tick": view.refresh if view else None},
+        name=f"raynb-follow-{run.name}",
+        daemon=True,
+    ).start()
     return view
 
 

@@ -15,6 +15,7 @@ __all__ = [
     "latest_throughput",
     "median",
     "rate_of",
+    "steady_rate",
     "pick_key",
     "primary_metric",
     "Series",
@@ -186,3 +187,19 @@ def smooth(points: list[tuple[float, float]], window: int | None = None) -> list
             acc -= points[i - w][1]
         out.append((x, acc / min(i + 1, w)))
     return out
+
+
+def steady_rate(records: Sequence[dict[str, Any]], key: str, skip_steps: int | None = None) -> float:
+    """The sum over ranks of a reported count (``tokens``, ``samples``) per second of wall time after the first
+    ``skip_steps`` steps (default: a tenth of the run): the steady state, without compile, warm-up and start-up."""
+    recs = [r for r in records if key in r and "time" in r]
+    if not recs:
+        return 0.0
+    last = max(int(r.get("step", 0)) for r in recs)
+    skip = max(1, last // 10) if skip_steps is None else skip_steps
+    base = [r for r in recs if int(r.get("step", 0)) <= skip]
+    after = [r for r in recs if int(r.get("step", 0)) > skip]
+    if not base or not after:
+        return 0.0
+    t0, t1 = max(r["time"] for r in base), max(r["time"] for r in after)
+    return float(sum(r[key] for r in after) / (t1 - t0)) if t1 > t0 else 0.0
