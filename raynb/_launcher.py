@@ -11,7 +11,6 @@ away) exits by itself, so a detached spare never lingers.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from typing import Any
@@ -150,22 +149,9 @@ def prewarm(settings: Settings | None = None) -> None:
     settings = settings or Settings()
     if not ray.is_initialized() or (_spare is not None and _spare[2] == _session.generation()):
         return
-    reg = registry()
+    registry()
     launcher, sink = _new_pair(settings)
     _spare = (launcher, sink, _session.generation(), _env_key(settings))
-    threading.Thread(target=warm_handles, args=(reg, launcher, sink), name="raynb-warm-handles", daemon=True).start()
-
-
-def warm_handles(reg: Any, launcher: Any, sink: Any) -> None:
-    """Measured (Ray 2.x, Ray Client): the first call through a launcher or sink handle this connection did not
-    create -- one the run registry hands back, as attach and ``%raytrain ls`` get them -- takes ~3 s once per
-    connection and class; later ones take milliseconds. Pay it here, in the background, right after connecting,
-    so the first ``attach`` after a kernel restart draws at once."""
-    import ray
-
-    with contextlib.suppress(Exception):
-        back_launcher, back_sink = ray.get(reg.echo.remote([launcher, sink]), timeout=60)
-        ray.get([back_launcher.alive.remote(), back_sink.summary.remote()], timeout=60)
 
 
 def take_spare(settings: Settings) -> tuple[Any, Any]:

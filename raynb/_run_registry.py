@@ -107,10 +107,6 @@ class RunRegistry:
     async def started_at(self) -> float:
         return self.started
 
-    async def echo(self, handles: list[Any]) -> list[Any]:
-        """The handles given, back: see ``_launcher.warm_handles``."""
-        return handles
-
     async def rows(self) -> list[dict[str, Any]]:
         """Every run with its latest step and report time (asked of each active run's sink)."""
         out = []
@@ -161,8 +157,10 @@ def find_registry() -> Any | None:
     """The cluster's registry if it exists (None before the first run)."""
     import ray
 
+    if _known is not None and _known[0] == _session.generation():
+        return _known[1]
     try:
-        return ray.get_actor(NAME, namespace=NAMESPACE)
+        return _session.typed(ray.get_actor(NAME, namespace=NAMESPACE), RunRegistry)
     except ValueError:
         return None
 

@@ -10,9 +10,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._current import resolve_settings
+from ._launcher import Launcher
+from ._metrics_sink import MetricsSink
 from ._run import Run
 from ._run_journal import recall, remember
 from ._run_registry import ACTIVE, find_registry, registry
+from ._session import typed
 from ._storage import run_dir
 from .display.tables import table
 from .errors import UsageError, not_connected
@@ -28,6 +31,17 @@ def _registry() -> Any:
     if not ray.is_initialized():
         raise not_connected()
     return registry()
+
+
+def _found(reg: Any, name: str) -> tuple[dict[str, Any], Any, Any] | None:
+    """The registry's entry for run ``name``: what it holds of the run, and its launcher's and sink's handles."""
+    import ray
+
+    found = ray.get(reg.get.remote(name))
+    if found is None:
+        return None
+    info, launcher, sink = found
+    return info, typed(launcher, Launcher), typed(sink, MetricsSink)
 
 
 def _ago(t: float | None, now: float) -> str:
@@ -139,12 +153,11 @@ def attach(name: str, *, display: bool | str | None = None, wait: bool = False) 
     """Follow a run on the connected cluster from this kernel: its whole curve so far, then live. Returns at once
     (the view goes on updating; ``run.wait()`` blocks) unless ``wait``; a finished run shows its final picture. An
     interrupt while waiting ends the waiting, not the run (``run.stop()`` stops it)."""
-    import ray
 
     from ._train import follow
 
     reg = _registry()
-    found = ray.get(reg.get.remote(name))
+    found = _found(reg, name)
     if found is None:
         raise _unknown(name)
     info, launcher, sink = found
@@ -163,7 +176,7 @@ def stop_run(name: str) -> str:
     import ray
 
     reg = _registry()
-    found = ray.get(reg.get.remote(name))
+    found = _found(reg, name)
     if found is None:
         raise _unknown(name)
     info = found[0]
@@ -205,7 +218,7 @@ def run_logs(
     import ray
 
     reg = _registry()
-    found = ray.get(reg.get.remote(name))
+    found = _found(reg, name)
     if found is None:
         raise _unknown(name)
     info, _launcher, sink = found

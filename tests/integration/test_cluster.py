@@ -57,6 +57,26 @@ def test_second_up_reuses_the_running_head(cluster: raynb.Cluster) -> None:
     assert again.reused and again.ports == cluster.backend.head.ports
 
 
+def test_a_handle_found_by_name_knows_its_methods_without_asking_the_cluster(cluster: raynb.Cluster) -> None:
+    """Over Ray Client a handle from ``ray.get_actor`` (or handed back by an actor) asks the cluster for its methods
+    by a task on its first call -- in a fresh connection a new worker process, seconds before ``down`` or ``attach``
+    can ask anything. raynb's handles know them from the class in the kernel (``_session.typed``)."""
+    import ray
+
+    from raynb._run_registry import NAME, NAMESPACE, RunRegistry, find_registry, registry
+    from raynb._session import typed
+
+    registry()
+    raw = ray.get_actor(NAME, namespace=NAMESPACE)
+    assert raw._method_num_returns is None  # what Ray Client hands out: it would ask the cluster
+    h = typed(raw, RunRegistry)
+    assert h is raw and {"get", "active", "register", "stop"} <= set(h._method_num_returns)
+    assert isinstance(ray.get(h.started_at.remote(), timeout=60), float)
+    with pytest.raises(TypeError):  # the signature is known here: a missing argument is said before anything is sent
+        h.get.remote()
+    assert find_registry()._method_num_returns is not None
+
+
 def test_status_and_dashboard_magics(cluster: raynb.Cluster, ip) -> None:
     import ray
 
