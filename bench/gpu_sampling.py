@@ -22,8 +22,8 @@ sys.path.insert(0, str(ROOT))
 from machine import emit  # noqa: E402 - bench/machine.py, beside this script
 from qwen_recipe import CONFIG, _dist, helpers  # noqa: E402 - the same recipe and set-up
 
-from raynb._flops import dense_bf16_peak, flops_per_token, mfu  # noqa: E402
 from raynb._gpu_sampler import GpuSampler  # noqa: E402
+from raynb._shared.flops import dense_bf16_peak, flops_per_token, mfu  # noqa: E402
 
 
 class Sampling:

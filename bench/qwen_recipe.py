@@ -12,7 +12,7 @@ decoder stack is compiled and the loss head runs as Liger's own Triton kernels (
 an illegal memory access in inductor's autotuning, torch 2.11). Same config as the notebook on one H200: random
 weights from Qwen2.5-1.5B's config, bf16, torch.compile, batch 8 x 2048. ``same_batch_loss``: the loss of one batch under each head, same weights, no step
 taken. MFU = tokens/s x (6 N + 12 L d s) / the GPU's dense bf16 peak, raynb's own arithmetic
-(``raynb/_flops.py``).
+(``raynb/_shared/flops.py``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from machine import emit  # noqa: E402 - bench/machine.py, beside this script
 
-from raynb._flops import dense_bf16_peak, flops_per_token, mfu  # noqa: E402 - pure arithmetic, no Ray needed
+from raynb._shared.flops import dense_bf16_peak, flops_per_token, mfu  # noqa: E402 - pure arithmetic, no Ray needed
 
 CONFIG = {
     "gpu": True,

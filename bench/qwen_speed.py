@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from machine import machine  # noqa: E402 - bench/machine.py, beside this script
 
-from raynb._flops import dense_bf16_peak, mfu, transformer_flops_per_token  # noqa: E402 - pure arithmetic
+from raynb._shared.flops import dense_bf16_peak, mfu, transformer_flops_per_token  # noqa: E402 - pure arithmetic
 
 NOTEBOOK = ROOT / "notebooks" / "qwen25_finetune_eks.ipynb"
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._flops import flops_per_token
 from ._metrics import report
-from ._worker_env import TCP_ENV
+from ._shared.flops import flops_per_token
+from ._shared.worker_env import TCP_ENV
 from .errors import (
     CaptureError,
     CellSyntaxError,

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from ._checks import Check
 
 if TYPE_CHECKING:
-    from ._cost import HourlyCost
     from ._kube_state import KubeStatus
+    from ._shared.cost import HourlyCost
 
 __all__ = ["Backend", "BackendKind", "BackendChecks", "Say"]
 

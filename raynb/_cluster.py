@@ -20,7 +20,7 @@ from ._current import clear_current, current, resolve_settings, set_current
 from ._launcher import drop_spare, prewarm
 from ._runs import active_runs
 from ._settings import Settings
-from ._worker_env import job_env
+from ._shared.worker_env import job_env
 from .errors import KubeError, NotConnectedError, UsageError, not_connected
 
 if TYPE_CHECKING:

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ._backend import BackendKind
-    from ._cost import HourlyCost
     from ._kube_state import KubeStatus
+    from ._shared.cost import HourlyCost
 
 __all__ = ["ClusterStatus", "NodeInfo"]
 

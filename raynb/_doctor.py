@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 from ._checks import Check, Checklist
 from ._current import current, resolve_settings
 from ._session import dashboard_get
+from ._shared.worker_env import WORKER_ENV_DEFAULTS
 from ._storage_probe import storage_check
-from ._worker_env import WORKER_ENV_DEFAULTS
 from .errors import not_connected
 
 if TYPE_CHECKING:

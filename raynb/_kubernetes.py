@@ -16,12 +16,12 @@ from typing import Any
 from . import _kube_api as kube
 from . import manifest
 from ._backend import BackendChecks, BackendKind, Say
-from ._cost import HourlyCost, hourly_cost, usd
 from ._identity import default_cluster_name
 from ._kube_state import KubeStatus, RayClusterRef, readiness, spec_differences
 from ._port_forward import PortForward
 from ._session import check_versions, dashboard_get
 from ._settings import Settings, raynb_home
+from ._shared.cost import HourlyCost, hourly_cost, usd
 from .display.run_view import clock
 from .errors import KubeError, ManifestError, NotConnectedError
 

@@ -19,7 +19,7 @@ from . import _metrics, _session
 from ._detached import NAMESPACE, exit_unless_claimed
 from ._run_registry import registry
 from ._settings import Settings
-from ._worker_env import launcher_env
+from ._shared.worker_env import launcher_env
 
 SPARE_TTL_S = 600.0
 #: how long a running run's lease on the embedded head lasts without renewal (renewed every third of it)

@@ -3,7 +3,7 @@
 Worker side, :func:`report` appends a record to an in-process queue (microseconds, never a Ray call, never a CUDA
 sync: tensors are converted later) and a flusher thread ships batches with fire-and-forget ``push.remote``. The sink
 is an async, detached actor with ``num_cpus=0`` that keeps the run's whole history and, as records arrive, the run's
-picture (``display/aggregate.py``: bounded, a few thousand points however long the run). The notebook long-polls the
+picture (``_shared/picture.py``: bounded, a few thousand points however long the run). The notebook long-polls the
 picture from a background thread -- a kernel following 512 ranks draws from kilobytes, not from every record -- and
 reads the records themselves only when asked (``run.metrics``). This module must stay importable on workers: it
 imports nothing heavier than Ray.
@@ -12,13 +12,13 @@ imports nothing heavier than Ray.
 from __future__ import annotations
 
 import collections
-import pickle
 import threading
 import time
 from typing import Any
 
 from ._metrics_sink import MetricsSink, sink_actor
-from .display.aggregate import Aggregate
+from ._shared.picture import Aggregate
+from ._shared.picture import loads as load_picture
 
 __all__ = ["report", "Reporter", "MetricsSink", "MetricStream", "current_reporter", "sink_actor"]
 
@@ -234,7 +234,7 @@ class MetricStream:
             return False
         self._version = version
         if pic is not None:
-            self.picture = pickle.loads(pic)
+            self.picture = load_picture(pic)
             if summary.get("last_report"):
                 self.arrivals.append((time.time(), summary["last_report"]))
         self.events.extend(evs)

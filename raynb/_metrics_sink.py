@@ -1,5 +1,5 @@
 """The run's history on the cluster: every record (spilled to a file past ``mem_records``), every event, the lines
-the workers printed, and the run's picture (``display/aggregate.py``), kept by one detached async actor per run on
+the workers printed, and the run's picture (``_shared/picture.py``), kept by one detached async actor per run on
 the head node. Workers push to it (``_metrics.Reporter``); notebooks read from it (``_metrics.MetricStream``).
 Imports nothing heavier than Ray.
 """
@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from ._detached import NAMESPACE, exit_unless_claimed, on_head, yield_cpu_to_training
-from .display.aggregate import Aggregate
+from ._shared.picture import Aggregate
 
 __all__ = ["MetricsSink", "sink_actor"]
 

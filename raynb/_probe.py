@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._settings import Settings
-from ._worker_env import TCP_ENV
+from ._shared.worker_env import TCP_ENV
 from .errors import UsageError
 
 __all__ = ["ProbeResult", "bench", "sweep", "parse_sizes", "GPU_SIZES", "CPU_SIZES"]

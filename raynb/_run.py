@@ -23,8 +23,8 @@ from ._launcher import prewarm, take_spare
 from ._run_error import RunError, assemble_error, nccl_hint
 from ._run_journal import remember
 from ._run_registry import registry
-from ._run_spec import RunSpec
 from ._settings import Settings
+from ._shared.run_spec import RunSpec
 from .errors import ConnectError, RunAborted, TrainingFailedError, UsageError
 
 __all__ = ["Run", "RunSpec", "RunStatus", "active_run", "set_active", "TERMINAL"]
@@ -89,7 +89,7 @@ class Run:
 
     @property
     def picture(self) -> Any:
-        """The run's charts as its sink aggregates them (``display.aggregate.Aggregate``), or None before one."""
+        """The run's charts as its sink aggregates them (``_shared.picture.Aggregate``), or None before one."""
         return self.stream.picture if self.stream else None
 
     @property
@@ -134,7 +134,7 @@ class Run:
         """Steady-state throughput of a reported count (``tokens``, ``samples``): the sum over ranks per second of
         wall time, after the first ``skip_steps`` steps (default: a tenth of the run) — compile, warm-up and
         start-up excluded, unlike ``total / elapsed``."""
-        from .display.series import steady_rate
+        from ._shared.series import steady_rate
 
         return steady_rate(self.records, key, skip_steps)
 

@@ -20,9 +20,9 @@ from ._resource_check import check_resources
 from ._run import Run, RunSpec, set_active
 from ._run_registry import free_name
 from ._settings import Settings
+from ._shared.worker_env import worker_env
 from ._storage import check_reachable_by_every_node
 from ._trainer_config import shape_of, trainer_kwargs, user_run_name
-from ._worker_env import worker_env
 from .errors import UsageError
 
 if TYPE_CHECKING:

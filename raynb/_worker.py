@@ -35,7 +35,7 @@ class NcclWatcher:
     def __init__(self, sink: Any, rank: int, info: dict[str, Any], interval: float = 1.0) -> None:
         import threading
 
-        from ._worker_env import expand_debug_file
+        from ._shared.worker_env import expand_debug_file
 
         self.sink, self.rank, self.info, self.interval = sink, rank, info, interval
         pattern = os.environ.get("NCCL_DEBUG_FILE", "")

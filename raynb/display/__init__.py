@@ -11,8 +11,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from .aggregate import aggregate_of
-from .run_view import run_html, run_text
+from .run_view import aggregate_of, run_html, run_text
 
 if TYPE_CHECKING:
     from .viewed_run import ViewedRun

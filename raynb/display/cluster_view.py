@@ -6,7 +6,7 @@ import html
 import time
 from typing import TYPE_CHECKING
 
-from .._cost import usd
+from .._shared.cost import usd
 from .run_view import clock
 from .tables import table
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import series as S
+from .._shared import series as S
 
 if TYPE_CHECKING:
     from .viewed_run import ViewedRun

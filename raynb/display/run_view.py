@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import html
 import math
+import weakref
 from typing import TYPE_CHECKING, Any
 
-from .._cost import PRICE_BASIS, usd
-from . import series as S
-from .aggregate import RANK_LINES, aggregate_of
+from .._shared import series as S
+from .._shared.cost import PRICE_BASIS, usd
+from .._shared.picture import RANK_LINES, Aggregate
 from .svg import line_chart
 
 if TYPE_CHECKING:
     from .viewed_run import ViewedRun
 
-__all__ = ["run_html", "run_text", "clock"]
+__all__ = ["run_html", "run_text", "clock", "aggregate_of"]
 
 _PHASE_COLORS = {
     "starting workers": "#6c757d",
@@ -266,3 +267,23 @@ def run_html(run: ViewedRun, *, nccl_html: str = "", show_error: bool = True) ->
         + f'</div><div style="display:flex;gap:8px;flex-wrap:wrap">{charts}</div>{_gpu_strip(run, agg)}{nccl_html}'
         f"{err}</div>"
     )
+
+
+#: One aggregate per run object, dropped with the run (the display keeps a cache, never the run).
+_CACHE: weakref.WeakKeyDictionary[Any, Aggregate] = weakref.WeakKeyDictionary()
+
+
+def aggregate_of(run: ViewedRun) -> Aggregate:
+    """The run's picture: the one its sink keeps (``run.picture``), else aggregated here from ``run.records``
+    (cached between redraws while the run object lives)."""
+    picture = getattr(run, "picture", None)
+    if picture is not None:
+        return picture
+    records = run.records
+    try:
+        agg = _CACHE.get(run)
+    except TypeError:  # not weak-referenceable: aggregate from scratch
+        return Aggregate().update(records)
+    if agg is None or agg.seen > len(records):
+        agg = _CACHE[run] = Aggregate()
+    return agg.update(records)

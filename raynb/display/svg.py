@@ -7,7 +7,7 @@ import html
 import math
 from collections.abc import Sequence
 
-from .series import Series, downsample
+from .._shared.series import Series, downsample
 
 __all__ = ["line_chart", "PALETTE"]
 

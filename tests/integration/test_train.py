@@ -65,7 +65,7 @@ KITCHEN_CELL = (
     "print('hello from a worker', flush=True)\n"
     + TRAIN_CELL
     + """
-from raynb._worker_env import expand_debug_file
+from raynb._shared.worker_env import expand_debug_file
 if ray.train.get_context().get_world_rank() == 0:
     path = expand_debug_file(os.environ["NCCL_DEBUG_FILE"])
     lines = open(FIXTURE).read().splitlines(keepends=True)

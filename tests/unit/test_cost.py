@@ -6,8 +6,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from raynb._cluster_status import ClusterStatus
-from raynb._cost import hourly_cost, usd
 from raynb._kube_state import KubeStatus, RayClusterRef
+from raynb._shared.cost import hourly_cost, usd
 from raynb.display import render_bundle
 from raynb.display.cluster_view import cost_text
 from raynb.display.run_view import run_text

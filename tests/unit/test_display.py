@@ -6,8 +6,8 @@ import re
 from types import SimpleNamespace
 from typing import Any
 
+from raynb._shared import series as S
 from raynb.display import LiveView, render_bundle
-from raynb.display import series as S
 from raynb.display.svg import line_chart
 from tests.unit.fake_run import fake_run
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from raynb._flops import dense_bf16_peak, flops_per_token, mfu
+from raynb._shared.flops import dense_bf16_peak, flops_per_token, mfu
 
 
 def _qwen25_1_5b() -> torch.nn.Module:

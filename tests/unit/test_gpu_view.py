@@ -8,8 +8,8 @@ import sys
 from types import SimpleNamespace
 
 from raynb._gpu_sampler import GpuSampler, nvml_module
+from raynb._shared.picture import Aggregate
 from raynb.display import render_bundle
-from raynb.display.aggregate import Aggregate
 from tests.unit.fake_run import fake_run
 
 SEQ = 2048

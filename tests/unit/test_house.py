@@ -240,3 +240,20 @@ def test_cluster_processes_load_only_cluster_code() -> None:
     assert p.returncode == 0, p.stderr[-1500:]
     ok = ("raynb", "raynb.errors", "raynb.nccl", "raynb._shared", "raynb._remote")
     assert [m for m in ast.literal_eval(p.stdout) if m not in ok and not m.startswith(ok[3:])] == []
+
+
+def test_shared_code_is_pure_and_stands_alone() -> None:
+    """``_shared/`` (any process may import it): nothing of raynb outside the folder, the standard library only."""
+    graph = _graph(type_checking=True)
+    outside = [
+        f"{a} -> {b}" for a in graph if a.startswith("raynb._shared") for b in graph[a] if _layer(b) != _layer(a)
+    ]
+    assert outside == []
+    third_party = []
+    for p in sorted((PKG / "_shared").glob("*.py")):
+        for n in ast.walk(ast.parse(p.read_text())):
+            names = [a.name for a in n.names] if isinstance(n, ast.Import) else []
+            if isinstance(n, ast.ImportFrom) and not n.level:
+                names = [n.module or ""]
+            third_party += [f"{p.name}: {m}" for m in names if m.split(".")[0] not in sys.stdlib_module_names]
+    assert third_party == []

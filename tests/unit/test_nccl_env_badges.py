@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from raynb._probe import parse_sizes
-from raynb._worker_env import STRICT_EFA_NET, expand_debug_file, nccl_worker_env
+from raynb._shared.worker_env import STRICT_EFA_NET, expand_debug_file, nccl_worker_env
 from raynb.display.nccl_badges import badge_label, badges_html
 from raynb.nccl import parse
 
@@ -29,7 +29,7 @@ def test_a_raytrain_lines_nccl_flags_reach_the_worker_env() -> None:
     test_worker_env.py)."""
     from raynb._magic_args import parse_train_line, setting_flags
     from raynb._settings import resolve
-    from raynb._worker_env import worker_env
+    from raynb._shared.worker_env import worker_env
 
     def env_of(line: str) -> dict[str, str]:
         s = resolve(setting_flags(parse_train_line(line)[0]), env={})

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pickle
 import random
 
+from raynb._shared.picture import COUNT_STEPS, OPEN_STEPS, Aggregate, Decimated
 from raynb.display import render_bundle
-from raynb.display.aggregate import COUNT_STEPS, OPEN_STEPS, Aggregate, Decimated
 
 from .test_display import _run
 
@@ -111,3 +111,27 @@ def test_two_ranks_past_the_point_bound_draw_at_most_1024_points_a_line() -> Non
     points = int(re.search(r'data-chart="loss" data-points="(\d+)"', html)[1])
     assert 2 * 500 <= points <= 2 * 1025, points
     assert all(line[-1][0] >= 1499 for line in agg.metric_series().values())  # up to the last step (bucket means)
+
+
+def test_a_picture_pickled_where_it_lived_before_the_move_still_loads() -> None:
+    """A sink started by a raynb from before the house by process (an embedded head kept across an upgrade) pickles
+    the picture under its old module, ``raynb.display.aggregate``; the kernel reads it as today's."""
+    import sys
+
+    from raynb._shared import picture
+    from raynb._shared.picture import loads
+
+    agg = Aggregate().update(_records(2, 50))
+    sys.modules["raynb.display.aggregate"] = picture  # the class where the old sink had it
+    try:
+        for cls in (Aggregate, Decimated):
+            cls.__module__ = "raynb.display.aggregate"
+        old = pickle.dumps(agg)
+    finally:
+        for cls in (Aggregate, Decimated):
+            cls.__module__ = picture.__name__
+        del sys.modules["raynb.display.aggregate"]
+    assert b"raynb.display.aggregate" in old
+    with_new_names = loads(old)
+    assert type(with_new_names) is Aggregate and with_new_names.records == agg.records
+    assert with_new_names.tput_total() == agg.tput_total()

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from raynb._cluster_status import ClusterStatus
-from raynb._cost import hourly_cost
 from raynb._kube_state import KubeStatus, PodRow, RayClusterRef
 from raynb._resource_check import check_resources
+from raynb._shared.cost import hourly_cost
 from raynb.display.cluster_view import cost_text
 from raynb.errors import InsufficientResourcesError
 from raynb.manifest import ManifestError, load_presets, render, resolve_values, validate, values_from_spec

@@ -1,6 +1,6 @@
 """The picture of a run, aggregated as records arrive: each record costs O(1) and the whole stays bounded.
 
-One :class:`Aggregate` lives in the run's metrics sink on the cluster (``_metrics.py``) and is what a notebook
+One :class:`Aggregate` lives in the run's metrics sink on the cluster (``_metrics_sink.py``) and is what a notebook
 fetches to draw: a day-long run of many ranks is a few thousand points, not millions of records. Records of one rank
 arrive in step order (one Reporter per worker process keeps them in order), so per-rank series only append.
 Cross-rank views (mean metric, total throughput) are per-step sums, kept open for the last ``OPEN_STEPS`` steps (a
@@ -10,15 +10,13 @@ slow rank may lag that far) and then folded into a decimated series. Per-rank li
 
 from __future__ import annotations
 
-import weakref
-from typing import TYPE_CHECKING, Any
+import io
+import pickle
+from typing import Any
 
 from .series import _COUNT_KEYS, Series, _num, pick_key, rate_of
 
-if TYPE_CHECKING:
-    from .viewed_run import ViewedRun
-
-__all__ = ["Aggregate", "Decimated", "aggregate_of"]
+__all__ = ["Aggregate", "Decimated", "loads"]
 
 Points = list[tuple[float, float]]
 RANK_LINES = 8
@@ -210,7 +208,7 @@ class Aggregate:
 
     def mfu(self, tokens_per_s: float | None) -> tuple[float, str] | None:
         """(MFU, GPU name) from the cluster's tokens/s, the reported FLOPs per token and the GPUs' dense bf16 peak."""
-        from .._flops import dense_bf16_peak
+        from .flops import dense_bf16_peak
 
         names = {str(g.get("gpu_name")) for g in self.gpu.values() if g.get("gpu_name")}
         if not tokens_per_s or not self.flops_per_token or len(names) != 1 or self.unit != "tokens/s":
@@ -280,21 +278,17 @@ class Aggregate:
         return self._total.view(len(self.tput_ranks), mean=False)
 
 
-#: One aggregate per run object, dropped with the run (the display keeps a cache, never the run).
-_CACHE: weakref.WeakKeyDictionary[Any, Aggregate] = weakref.WeakKeyDictionary()
+#: where the picture's classes lived before the house by process (issue 36): a sink started by an earlier raynb (an embedded
+#: head kept across an upgrade, a long-lived KubeRay head) still names them; drop after one release
+_FORMER_HOMES = {"raynb.display.aggregate": __name__, "raynb.display.series": "raynb._shared.series"}
 
 
-def aggregate_of(run: ViewedRun) -> Aggregate:
-    """The run's picture: the one its sink keeps (``run.picture``), else aggregated here from ``run.records``
-    (cached between redraws while the run object lives)."""
-    picture = getattr(run, "picture", None)
-    if picture is not None:
-        return picture
-    records = run.records
-    try:
-        agg = _CACHE.get(run)
-    except TypeError:  # not weak-referenceable: aggregate from scratch
-        return Aggregate().update(records)
-    if agg is None or agg.seen > len(records):
-        agg = _CACHE[run] = Aggregate()
-    return agg.update(records)
+class _Unpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        return super().find_class(_FORMER_HOMES.get(module, module), name)
+
+
+def loads(data: bytes) -> Aggregate:
+    """A picture as its sink pickled it, by this raynb or by one from before the move."""
+    picture: Aggregate = _Unpickler(io.BytesIO(data)).load()
+    return picture
