@@ -25,9 +25,8 @@ import ray
 from machine import emit  # bench/machine.py, beside this script
 
 import raynb
-from raynb import _metrics as metrics
-from raynb._launcher import Launcher
-from raynb._run_registry import registry
+from raynb._client.spares import registry, sink_actor
+from raynb._remote.launcher import Launcher
 from raynb.display import render_bundle
 
 VIEWED = ("name", "status", "phase", "step", "attempt", "elapsed", "events", "nccl", "error", "spec")
@@ -58,7 +57,7 @@ def main() -> None:
     raynb.up(local=True, progress=lambda m: print(m, file=sys.stderr))
     steps = args.records // args.ranks
     name = f"attach-bench-{int(time.time())}"
-    reg, sink = registry(), metrics.sink_actor()
+    reg, sink = registry(), sink_actor()
     spec = {"workers": args.ranks, "gpu": False, "cpus_per_worker": 1.0, "config": {}, "name": name}
     spec |= {"worker_env": {}, "storage_path": None}
     launcher = ray.remote(num_cpus=0)(Launcher).remote()  # idle: the run is marked finished below, no fit()

@@ -25,8 +25,8 @@ from tests.notebook.kernels import errors, kernel, run, text  # noqa: E402
 
 CELL = """%%raytrain --workers 1 --background --out bg --name responsiveness --no-name-check
 import time
-from raynb import _metrics
-rep = _metrics.current_reporter()
+from raynb._remote import report
+rep = report.current_reporter()
 t_end = time.time() + {seconds}
 while time.time() < t_end:
     for r in range({ranks}):

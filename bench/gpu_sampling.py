@@ -1,6 +1,6 @@
 """What raynb's GPU sampling costs a training step on one GPU: the Qwen notebook's recipe through its own helpers
 (``build_training`` / ``train_steps``, bare PyTorch, no Ray), one compiled model, windows of steps alternating
-without and with a thread doing what raynb's reporter thread does (``raynb/_gpu_sampler.py``: checked every flush
+without and with a thread doing what raynb's reporter thread does (``raynb/_remote/gpu_sampler.py``: checked every flush
 interval of 0.1 s, an NVML sample once a second); prints JSON with each pair's ratio.
 
   python bench/gpu_sampling.py [--pairs 4] [--steps 80] [--out bench/results/NAME.json]
@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 from machine import emit  # noqa: E402 - bench/machine.py, beside this script
 from qwen_recipe import CONFIG, _dist, helpers  # noqa: E402 - the same recipe and set-up
 
-from raynb._gpu_sampler import GpuSampler  # noqa: E402
+from raynb._remote.gpu_sampler import GpuSampler  # noqa: E402
 from raynb._shared.flops import dense_bf16_peak, flops_per_token, mfu  # noqa: E402
 
 

@@ -27,7 +27,9 @@ import ray
 from machine import emit  # bench/machine.py, beside this script
 
 import raynb
-from raynb import _metrics as metrics
+from raynb._client.spares import sink_actor
+from raynb._remote import report as metrics
+from raynb._stream import MetricStream
 
 #: A real worker's flush period (run_on_worker's default).
 FLUSH_S = 0.1
@@ -172,9 +174,9 @@ def main() -> None:
     }
 
     # 2. latency worker -> notebook at a steady 20 reports/s (sink up first, as in a run: Train takes longer to start)
-    sink = metrics.sink_actor()
+    sink = sink_actor()
     ray.get(sink.read.remote(0, 0, 0.0))
-    stream = metrics.MetricStream(sink).start()
+    stream = MetricStream(sink).start()
     n = ray.get(w.steady.remote(sink, 10.0, 20.0))
     stream.stop()
     lat = [(a - newest) * 1000 for a, newest in stream.arrivals]
@@ -194,9 +196,9 @@ def main() -> None:
 
     from raynb.display import LiveView
 
-    sink = metrics.sink_actor()
+    sink = sink_actor()
     ray.get(sink.read.remote(0, 0, 0.0))
-    stream = metrics.MetricStream(sink).start()
+    stream = MetricStream(sink).start()
     fake_run = SimpleNamespace(
         name="scale",
         status="running",

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._metrics import report
+from ._remote.report import report
 from ._shared.flops import flops_per_token
 from ._shared.worker_env import TCP_ENV
 from .errors import (

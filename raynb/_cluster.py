@@ -14,10 +14,10 @@ from . import _embedded, _kubernetes, _session
 from . import _embedded_head as head_proc
 from ._backend import Say
 from ._browser_link import dashboard_link
+from ._client.spares import drop_spare, prewarm
 from ._cluster_status import ClusterStatus, NodeInfo
 from ._current import at_exit as _at_exit
 from ._current import clear_current, current, resolve_settings, set_current
-from ._launcher import drop_spare, prewarm
 from ._runs import active_runs
 from ._settings import Settings
 from ._shared.worker_env import job_env

@@ -10,10 +10,11 @@ zone, the NCCL/EFA variables, /dev/shm, and the image's versions.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ._checks import Check, Checklist
 from ._current import current, resolve_settings
+from ._remote.tasks import node_facts
 from ._session import dashboard_get
 from ._shared.worker_env import WORKER_ENV_DEFAULTS
 from ._storage_probe import storage_check
@@ -23,25 +24,6 @@ if TYPE_CHECKING:
     from ._cluster import Cluster
 
 __all__ = ["doctor"]
-
-
-def _node_facts() -> dict[str, Any]:
-    import os
-    import platform
-    import shutil
-
-    import ray
-
-    from ._embedded_head import count_gpus
-
-    shm = shutil.disk_usage("/dev/shm").total if os.path.isdir("/dev/shm") else 0
-    return {
-        "ray": ray.__version__,
-        "python": platform.python_version(),
-        "shm_bytes": shm,
-        "gpus_seen": count_gpus(respect_visible=False),
-        "host": platform.node(),
-    }
 
 
 def doctor() -> Checklist:
@@ -66,7 +48,7 @@ def _ray_checks(cl: Cluster) -> list[Check]:
     import ray
 
     out: list[Check] = []
-    facts = ray.get(ray.remote(num_cpus=0)(_node_facts).remote())
+    facts = ray.get(ray.remote(num_cpus=0)(node_facts).remote())
     here_py = ".".join(map(str, sys.version_info[:3]))
     same = facts["ray"] == ray.__version__ and facts["python"].rsplit(".", 1)[0] == here_py.rsplit(".", 1)[0]
     out.append(

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ._settings import raynb_home
+from ._shared.host import leases_active
 from .errors import ClusterStartError
 
 __all__ = ["LocalHead", "find_head", "start_head", "stop_head", "state_dir"]
@@ -180,29 +181,6 @@ def remove_owner(pid: int | None = None) -> None:
         (state_dir() / "owners" / str(pid or os.getpid())).unlink()
 
 
-def lease(leases_dir: str, key: str, seconds: float) -> None:
-    """Keep the head up for ``seconds`` more on behalf of ``key`` (a run): a run's launcher renews its lease while
-    the run goes, so a detached run outlives the kernel that started it. Called from the launcher actor."""
-    d = Path(leases_dir)
-    d.mkdir(parents=True, exist_ok=True)
-    tmp = d / f".{key}.tmp"
-    tmp.write_text(str(time.time() + seconds))
-    tmp.replace(d / key)
-
-
-def _leases_active(d: Path) -> list[str]:
-    now, out = time.time(), []
-    for p in (d / "leases").glob("[!.]*"):
-        try:
-            if float(p.read_text()) > now:
-                out.append(p.name)
-            else:
-                p.unlink()
-        except (OSError, ValueError):
-            pass
-    return out
-
-
 def leases_dir() -> str:
     return str(state_dir() / "leases")
 
@@ -255,19 +233,6 @@ def _ray_start_command(head: LocalHead) -> list[str]:
         *([f"--num-cpus={head.num_cpus:g}"] if head.num_cpus is not None else []),
         *([f"--num-gpus={head.num_gpus:g}"] if head.num_gpus is not None else []),
     ]
-
-
-def count_gpus(*, respect_visible: bool = True) -> int:
-    """GPUs this process may use (``CUDA_VISIBLE_DEVICES`` first), or that the machine has (``respect_visible=False``:
-    what ``nvidia-smi -L`` lists)."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if respect_visible and visible is not None:
-        return len([v for v in visible.split(",") if v.strip() and v.strip() != "-1"])
-    with contextlib.suppress(Exception):
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=5)
-        if out.returncode == 0:
-            return len([ln for ln in out.stdout.splitlines() if ln.startswith("GPU ")])
-    return 0
 
 
 def start_head(
@@ -492,7 +457,7 @@ def _supervise(d: Path) -> int:
         alive = [p for p in _owners(d) if _pid_alive(p)]
         for p in set(_owners(d)) - set(alive):
             remove_owner(p)
-        ownerless = 0 if alive or _leases_active(d) else ownerless + 1
+        ownerless = 0 if alive or leases_active(d) else ownerless + 1
         if ownerless >= 2:
             print("[raynb] no kernel and no run uses the head any more: stopping it", flush=True)
             _cleanup_record(d)

@@ -11,78 +11,16 @@ import html
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._remote.tasks import sweep
 from ._settings import Settings
 from ._shared.worker_env import TCP_ENV
 from .errors import UsageError
 
-__all__ = ["ProbeResult", "bench", "sweep", "parse_sizes", "GPU_SIZES", "CPU_SIZES"]
+__all__ = ["ProbeResult", "bench", "parse_sizes", "GPU_SIZES", "CPU_SIZES"]
 
 MiB = 1 << 20
 GPU_SIZES = [MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1024 * MiB]
 CPU_SIZES = [MiB // 4, MiB, 4 * MiB, 16 * MiB]
-
-
-def sweep(config: dict[str, Any]) -> None:
-    """train_loop_per_worker: time all_reduce of float32 tensors of each size; rank 0's numbers are reported."""
-    import time
-
-    import ray.train
-    import ray.train.torch
-    import torch
-    import torch.distributed as dist
-
-    from ._metrics import report
-
-    ctx = ray.train.get_context()
-    world = ctx.get_world_size()
-    if config.get("fake_hosts"):
-        # Pretend the ranks live on `fake_hosts` machines (e.g. 2 x 4 GPUs on one 8-GPU box): NCCL reads
-        # NCCL_HOSTID when its first communicator starts, which is the first collective below.
-        import os
-
-        os.environ["NCCL_HOSTID"] = f"raynb-fake-host-{ctx.get_world_rank() * config['fake_hosts'] // world}"
-    dev = ray.train.torch.get_device() if config.get("gpu") else torch.device("cpu")
-    cuda = dev.type == "cuda"
-
-    def sync() -> None:
-        if cuda:
-            torch.cuda.synchronize(dev)
-
-    def timed(x: torch.Tensor, iters: int) -> float:
-        sync()
-        t0 = time.perf_counter()
-        for k in range(1, iters + 1):
-            dist.all_reduce(x)
-            if k % 5 == 0:
-                sync()
-        sync()
-        return time.perf_counter() - t0
-
-    budget = config.get("seconds_per_size", 1.0)
-    min_iters, max_iters = config.get("min_iters", 5), config.get("max_iters", 200)
-    for i, size in enumerate(config["sizes"], start=1):
-        x = torch.ones(size // 4, dtype=torch.float32, device=dev)
-        for _ in range(config.get("warmup", 3)):
-            dist.all_reduce(x)
-        # Every rank must run the same number of collectives: a rank that stops by its own clock while another goes
-        # on is a collective mismatch (gloo aborts the process, NCCL hangs). Rank 0's estimate decides for all.
-        per_iter = timed(x, min_iters) / min_iters
-        agreed = torch.tensor([min(max_iters, max(min_iters, int(budget / per_iter)))], dtype=torch.int64, device=dev)
-        dist.broadcast(agreed, src=0)
-        n = int(agreed.item())
-        dt = timed(x, n) / n
-        algbw = size / dt / 1e9
-        report(
-            step=i,
-            busbw_gbps=algbw * 2 * (world - 1) / max(world, 1),
-            algbw_gbps=algbw,
-            size_bytes=size,
-            time_us=dt * 1e6,
-            iters=n,
-        )
-        del x
-        if cuda:
-            torch.cuda.empty_cache()
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """A training run as the notebook sees it: its spec, status, metrics, NCCL summaries and error.
 
-The run's ``fit()`` happens in a detached launcher actor (``_launcher.py``) listed in the cluster's run registry
-(``_run_registry.py``): the run belongs to the cluster, and this object follows it -- from the kernel that started
+The run's ``fit()`` happens in a detached launcher actor (``_remote/launcher.py``) listed in the cluster's run registry
+(``_remote/registry.py``): the run belongs to the cluster, and this object follows it -- from the kernel that started
 it, or from any kernel that attaches later. The kernel only waits -- on an event, so an interrupt lands at once --
 and stopping kills the launcher. Starting runs is ``_train.py``'s job; finding them again is ``_runs.py``'s.
 """
@@ -18,13 +18,12 @@ import time
 from collections.abc import Callable, Generator
 from typing import Any, Literal
 
-from . import _metrics
-from ._launcher import prewarm, take_spare
+from ._client.spares import prewarm, registry, take_spare
 from ._run_error import RunError, assemble_error, nccl_hint
 from ._run_journal import remember
-from ._run_registry import registry
 from ._settings import Settings
 from ._shared.run_spec import RunSpec
+from ._stream import MetricStream
 from .errors import ConnectError, RunAborted, TrainingFailedError, UsageError
 
 __all__ = ["Run", "RunSpec", "RunStatus", "active_run", "set_active", "TERMINAL"]
@@ -58,7 +57,7 @@ class Run:
         self.started_at: float | None = None
         self.first_step_at: float | None = None
         self.ended_at: float | None = None
-        self.stream: _metrics.MetricStream | None = None
+        self.stream: MetricStream | None = None
         self._launcher: Any = None
         self._sink: Any = None
         self._registry: Any = None
@@ -259,7 +258,7 @@ class Run:
             | {k: getattr(self.settings, k) for k in ("fast_train_report", "gpu_sampling")},
         }
         self._fit_ref = self._launcher.fit.remote(payload, self.spec.config, spec, self._sink)
-        self.stream = _metrics.MetricStream(self._sink, min_gap=self.settings.poll_gap_s).start()
+        self.stream = MetricStream(self._sink, min_gap=self.settings.poll_gap_s).start()
         threading.Thread(target=self._watch_fit, name="raynb-fit-watch", daemon=True).start()
 
     @classmethod
@@ -269,7 +268,7 @@ class Run:
         run.started_at, run.status = info["started"], "running"
         run._launcher, run._sink, run._registry = launcher, sink, reg
         run._keep_records = False
-        run.stream = _metrics.MetricStream(sink, min_gap=settings.poll_gap_s).start()
+        run.stream = MetricStream(sink, min_gap=settings.poll_gap_s).start()
         threading.Thread(target=run._watch_fit, name="raynb-fit-watch", daemon=True).start()
         return run
 

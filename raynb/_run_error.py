@@ -6,8 +6,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._worker import format_frames
-
 __all__ = ["RunError", "ranks_text", "assemble_error", "nccl_hint"]
 
 
@@ -83,3 +81,21 @@ def assemble_error(
     if nccl:
         err.detail = (err.detail + "\n" if err.detail else "") + nccl
     return err
+
+
+def format_frames(frames: list[dict[str, Any]], cell_file: str | None, cell_source: str | None = None) -> list[str]:
+    """Render frames like a traceback; frames of the cell say ``cell line N`` and show that line of the cell."""
+    cell_lines = cell_source.splitlines() if cell_source else []
+    lines = []
+    for f in frames:
+        if cell_file and f["file"] == cell_file:
+            text = f["text"]
+            if not text and 0 < f["line"] <= len(cell_lines):
+                text = cell_lines[f["line"] - 1].strip()
+            lines.append(f"  cell line {f['line']}, in {f['name']}")
+        else:
+            text = f["text"]
+            lines.append(f'  File "{f["file"]}", line {f["line"]}, in {f["name"]}')
+        if text:
+            lines.append(f"    {text}")
+    return lines

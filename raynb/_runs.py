@@ -1,6 +1,7 @@
 """The runs on the connected cluster, from any kernel: list, attach, stop, remove (``raynb.runs()``,
 ``raynb.attach(name)``, ``raynb.stop_run(name)``, ``raynb.remove_run(name)``, ``raynb.run_logs(name)``;
-``%raytrain ls|attach|stop|rm|logs``). The runs themselves live in ``_run_registry.py``."""
+``%raytrain ls|attach|stop|rm|logs``). The runs themselves live in the cluster's registry
+(``_remote/registry.py``)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,14 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from ._client.spares import find_registry, registry
 from ._current import resolve_settings
-from ._launcher import Launcher
-from ._metrics_sink import MetricsSink
+from ._remote.launcher import Launcher
+from ._remote.sink import MetricsSink
 from ._run import Run
 from ._run_journal import recall, remember
-from ._run_registry import ACTIVE, find_registry, registry
 from ._session import typed
+from ._shared.seam import ACTIVE
 from ._storage import run_dir
 from .display.tables import table
 from .errors import UsageError, not_connected

@@ -10,6 +10,7 @@ import uuid
 from typing import Any
 
 from ._checks import Check
+from ._remote.tasks import read_file, write_file
 from ._storage import SHARED_STORAGE_FIX, is_node_local
 
 __all__ = ["storage_check", "storage_fix"]
@@ -33,40 +34,6 @@ def storage_fix(error: str, storage_path: str) -> str:
         "mount the path in every pod (SHARED_PVC and SHARED_MOUNT_PATH in the values file) and make it writable by "
         "the Ray processes' user"
     )
-
-
-def _write(storage_path: str, key: str, text: str) -> str | None:
-    """On a node: write ``text`` under the storage path; the error, in words, or None."""
-    import platform
-
-    try:
-        from pyarrow import fs
-
-        filesystem, base = fs.FileSystem.from_uri(storage_path)
-        filesystem.create_dir(f"{base}/.raynb-doctor", recursive=True)
-        with filesystem.open_output_stream(f"{base}/.raynb-doctor/{key}") as f:
-            f.write(text.encode())
-        return None
-    except Exception as e:  # noqa: BLE001 - any failure is the check's answer
-        return f"{type(e).__name__} on {platform.node()}: {e}"
-
-
-def _read(storage_path: str, key: str, remove: bool) -> tuple[str | None, str | None]:
-    """On a node: (what the file says, None) or (None, the error in words)."""
-    import platform
-
-    try:
-        from pyarrow import fs
-
-        filesystem, base = fs.FileSystem.from_uri(storage_path)
-        path = f"{base}/.raynb-doctor/{key}"
-        with filesystem.open_input_stream(path) as f:
-            text = f.read().decode()
-        if remove:
-            filesystem.delete_file(path)
-        return text, None
-    except Exception as e:  # noqa: BLE001
-        return None, f"{type(e).__name__} on {platform.node()}: {e}"
 
 
 def storage_check(storage_path: str | None, nodes: int, shared_mounts: tuple[str, ...]) -> Check:
@@ -98,12 +65,12 @@ def storage_check(storage_path: str | None, nodes: int, shared_mounts: tuple[str
         sides = [(worker, head, "a worker node", "the head"), (head, worker, "the head", "a worker node")]
     for src, dst, src_name, dst_name in sides:
         key, text = uuid.uuid4().hex, f"written by raynb's doctor on {src.get('NodeManagerAddress')}"
-        err = on(src, _write, storage_path, key, text)
+        err = on(src, write_file, storage_path, key, text)
         if err:
             return Check(
                 NAME, "fail", f"{storage_path}: writing on {src_name} failed: {err}", storage_fix(err, storage_path)
             )
-        got, err = on(dst, _read, storage_path, key, True)
+        got, err = on(dst, read_file, storage_path, key, True)
         if err or got != text:
             why = err or f"it read {got!r}, not what was written"
             return Check(

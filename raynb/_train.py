@@ -1,7 +1,7 @@
 """Starting runs: ``raynb.train(fn)`` and the ``%%raytrain`` cell both come through here.
 
 Checks the cluster can place the run (before anything waits forever), builds each worker's environment, ships the
-function, and waits with a live view. The Run itself is ``_run.py``; the actor hosting ``fit()`` is ``_launcher.py``.
+function, and waits with a live view. The Run itself is ``_run.py``; the actor hosting ``fit()`` is ``_remote/launcher.py``.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._cell import large_payload_note, largest_globals, modules_beside, serialize
+from ._client.spares import free_name
 from ._current import current, resolve_settings
 from ._resource_check import check_resources
 from ._run import Run, RunSpec, set_active
-from ._run_registry import free_name
 from ._settings import Settings
 from ._shared.worker_env import worker_env
 from ._storage import check_reachable_by_every_node

@@ -1,7 +1,7 @@
 """Warm workers: a Ray Train worker group that lives across cells (``%%raytrain --warm``, ``raynb.warm()``).
 
 The group is one ordinary raynb run (listed by ``%raytrain ls``, drawn live, NCCL badges and all) whose function is
-``_warm_worker.warm_loop``: it takes cells from a mailbox actor and runs them in a namespace each rank keeps. The
+``_remote/warm_worker.warm_loop``: it takes cells from a mailbox actor and runs them in a namespace each rank keeps. The
 process group is set up once; later cells start in the time of a round trip. The mailbox belongs to this kernel's
 connection, so the group ends with the kernel (within Ray Client's 30 s grace plus one poll), after an idle
 time-out, or on ``stop()``.
@@ -54,7 +54,7 @@ class WarmGroup:
 
         from . import _train
         from ._cell import serialize
-        from ._warm_worker import WarmMailbox, warm_loop
+        from ._remote.warm_worker import WarmMailbox, warm_loop
 
         self.shape, self.settings, self.idle_s = shape, settings, idle_s
         self.started = time.time()
@@ -277,7 +277,7 @@ def _read_names(source: str) -> set[str]:
 
 
 def _cell_error(failed: list[tuple[int, dict[str, Any]]], cell: dict[str, Any], source: str | None) -> RaynbError:
-    from ._worker import format_frames
+    from ._run_error import format_frames
 
     rank, first = failed[0]
     if cell["kind"] == "pull":

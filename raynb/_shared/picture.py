@@ -1,6 +1,6 @@
 """The picture of a run, aggregated as records arrive: each record costs O(1) and the whole stays bounded.
 
-One :class:`Aggregate` lives in the run's metrics sink on the cluster (``_metrics_sink.py``) and is what a notebook
+One :class:`Aggregate` lives in the run's metrics sink on the cluster (``_remote/sink.py``) and is what a notebook
 fetches to draw: a day-long run of many ranks is a few thousand points, not millions of records. Records of one rank
 arrive in step order (one Reporter per worker process keeps them in order), so per-rank series only append.
 Cross-rank views (mean metric, total throughput) are per-step sums, kept open for the last ``OPEN_STEPS`` steps (a
@@ -124,7 +124,7 @@ class Aggregate:
         #: (step, attempt) where Ray Train started the workers again after a failure
         self.restarts: list[tuple[float, int]] = []
         self._attempt = 1
-        #: per rank, its GPU's latest NVML sample (raynb/_gpu_sampler.py), and since when it has been under LOW_UTIL
+        #: per rank, its GPU's latest NVML sample (raynb/_remote/gpu_sampler.py), and since when it has been under LOW_UTIL
         self.gpu: dict[int, dict[str, Any]] = {}
         self._low_since: dict[int, float] = {}
         #: the model's training FLOPs per token, when the run reports it (``flops_per_token=``): MFU from tokens/s

@@ -63,11 +63,13 @@ def test_a_handle_found_by_name_knows_its_methods_without_asking_the_cluster(clu
     can ask anything. raynb's handles know them from the class in the kernel (``_session.typed``)."""
     import ray
 
-    from raynb._run_registry import NAME, NAMESPACE, RunRegistry, find_registry, registry
+    from raynb._client.spares import find_registry, registry
+    from raynb._remote.registry import RunRegistry
     from raynb._session import typed
+    from raynb._shared.seam import NAMESPACE, REGISTRY_NAME
 
     registry()
-    raw = ray.get_actor(NAME, namespace=NAMESPACE)
+    raw = ray.get_actor(REGISTRY_NAME, namespace=NAMESPACE)
     assert raw._method_num_returns is None  # what Ray Client hands out: it would ask the cluster
     h = typed(raw, RunRegistry)
     assert h is raw and {"get", "active", "register", "stop"} <= set(h._method_num_returns)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from raynb._warm_worker import POLL_S
+from raynb._remote.warm_worker import POLL_S
 from tests.notebook.kernels import errors, kernel, run, text
 
 GRACE_S = float(os.environ.get("RAYNB_CLIENT_RECONNECT_GRACE_S", "30"))

@@ -88,7 +88,7 @@ def test_modules_beside_ignores_pseudo_files(tmp_path: Path) -> None:
 def test_a_warm_rank_has_raynb_as_the_notebook_does() -> None:
     """A function a warm cell defines calls ``raynb.report`` without that cell importing raynb (found on an H200:
     NameError on every rank, while the same body ran in a cold cell)."""
-    from raynb._warm_worker import rank_namespace, run_cell
+    from raynb._remote.warm_worker import rank_namespace, run_cell
 
     ns = rank_namespace()
     cell = {"kind": "cell", "source": "def f():\n    return raynb.report\nf()", "filename": "<w>", "first_line": 2}

@@ -1,4 +1,4 @@
-"""The GPU strip, the idle-rank note and live MFU, from records shaped as raynb/_gpu_sampler.py writes them (the
+"""The GPU strip, the idle-rank note and live MFU, from records shaped as raynb/_remote/gpu_sampler.py writes them (the
 sampler itself reads NVML on the lent GPU: bench/gpu_sampling.py); no NVML, no strip."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import re
 import sys
 from types import SimpleNamespace
 
-from raynb._gpu_sampler import GpuSampler, nvml_module
+from raynb._remote.gpu_sampler import GpuSampler, nvml_module
 from raynb._shared.picture import Aggregate
 from raynb.display import render_bundle
 from tests.unit.fake_run import fake_run

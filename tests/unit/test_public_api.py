@@ -27,7 +27,7 @@ def test_worker_side_import_is_light() -> None:
     import sys
 
     code = (
-        "import sys, raynb, raynb._worker, raynb._metrics, raynb.nccl; "
+        "import sys, raynb, raynb._remote.worker, raynb._remote.report, raynb.nccl; "
         "print(sorted(m for m in ('IPython', 'pandas', 'plotly', 'traitlets') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

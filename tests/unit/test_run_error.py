@@ -1,5 +1,5 @@
 """A failing rank's error as the notebook shows it, from a real exception raised in a compiled cell (the path a
-worker takes: raynb/_worker.py records the frames, raynb/_run_error.py assembles one error for the run)."""
+worker takes: raynb/_remote/worker.py records the frames, raynb/_run_error.py assembles one error for the run)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 
 from raynb._cell import compile_cell
 from raynb._magic_args import parse_train_line
+from raynb._remote.worker import error_event
 from raynb._run_error import assemble_error
-from raynb._worker import error_event
 from raynb.errors import UndefinedNameError
 
 LINE = "%%raytrain --workers 2\n"  # the magic hands the whole cell, its first line included
@@ -21,7 +21,7 @@ CELL = (
 
 
 def _worker_error(rank: int, cell: str = CELL, filename: str = "<raytrain-cell-3>", check_names: bool = True) -> dict:
-    """What a worker sends when the cell raises (raynb/_worker.py's event), from the real traceback."""
+    """What a worker sends when the cell raises (raynb/_remote/worker.py's event), from the real traceback."""
     fn = compile_cell(cell, {"__name__": "__main__"}, filename=filename, check_names=check_names)
     try:
         fn({"rank": rank})

@@ -16,7 +16,8 @@ from collections.abc import Iterator
 import pytest
 
 from raynb import _session
-from raynb._metrics import MetricsSink, Reporter
+from raynb._remote.report import Reporter
+from raynb._remote.sink import MetricsSink
 from raynb._resource_check import check_resources
 from raynb.errors import ConnectError, InsufficientResourcesError
 

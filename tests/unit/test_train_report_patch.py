@@ -7,8 +7,8 @@ import inspect
 import pytest
 import ray.train
 
-from raynb._metrics import Reporter
-from raynb._worker import _patch_train_report
+from raynb._remote.report import Reporter
+from raynb._remote.worker import _patch_train_report
 
 
 @pytest.fixture

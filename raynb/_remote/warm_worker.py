@@ -123,7 +123,7 @@ def rank_namespace() -> dict[str, Any]:
     """A rank's namespace before its first cell. ``raynb`` is in it, as in the notebook after ``%load_ext raynb``
     (the notebook's module object is not shipped: the rank imports its own), so a function a warm cell defines can
     call ``raynb.report`` as the same code does in a cold ``%%raytrain`` cell."""
-    raynb = sys.modules[__package__ or "raynb"]  # the package this module is in: loaded before it, always
+    raynb = sys.modules[__name__.split(".")[0]]  # the package this module is in: loaded before it, always
 
     return {"__name__": "__raynb_warm__", "__builtins__": __builtins__, "raynb": raynb}
 
@@ -173,8 +173,8 @@ def warm_loop(config: dict[str, Any]) -> None:
     import ray
     import ray.train
 
-    from ._metrics import current_reporter
-    from ._worker import _frames
+    from .report import current_reporter
+    from .worker import _frames
 
     mailbox = config["mailbox"]
     reporter = current_reporter()

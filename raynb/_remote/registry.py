@@ -1,4 +1,5 @@
-"""The cluster's list of runs: one detached, named actor (``raynb-runs`` in the ``raynb`` namespace) per cluster.
+"""The cluster's list of runs: one detached, named actor (``raynb-runs`` in the ``raynb`` namespace) per cluster,
+started and asked by the kernel through ``_client/spares.py``.
 
 A run belongs to the cluster, not to the kernel that started it: its launcher (which calls ``TorchTrainer.fit()``)
 and its metrics sink are detached actors, and this registry holds their handles with what a later kernel needs to
@@ -15,16 +16,9 @@ import asyncio
 import time
 from typing import Any
 
-from . import _session
-from ._detached import NAMESPACE, on_head
-from .errors import UsageError
+from .._shared.seam import ACTIVE, KEEP_FINISHED
 
-__all__ = ["RunRegistry", "registry", "find_registry", "free_name", "KEEP_FINISHED", "NAME", "ACTIVE"]
-
-
-NAME = "raynb-runs"
-KEEP_FINISHED = 50
-ACTIVE = ("running",)
+__all__ = ["RunRegistry"]
 
 
 class RunRegistry:
@@ -151,54 +145,3 @@ def _kill(actor: Any) -> None:
         ray.kill(actor, no_restart=True)
     except Exception:  # noqa: BLE001 - already gone
         pass
-
-
-def find_registry() -> Any | None:
-    """The cluster's registry if it exists (None before the first run)."""
-    import ray
-
-    if _known is not None and _known[0] == _session.generation():
-        return _known[1]
-    try:
-        return _session.typed(ray.get_actor(NAME, namespace=NAMESPACE), RunRegistry)
-    except ValueError:
-        return None
-
-
-#: (connection generation, handle): the registry asked for once per connection, not on every run's start
-_known: tuple[int, Any] | None = None
-
-
-def registry() -> Any:
-    """The cluster's registry, created on first use (detached: it outlives every kernel; 0 CPUs, on the head)."""
-    import ray
-
-    global _known
-    if _known is not None and _known[0] == _session.generation():
-        return _known[1]
-    cls = ray.remote(num_cpus=0, max_concurrency=1000)(RunRegistry)
-    handle = cls.options(
-        name=NAME, namespace=NAMESPACE, lifetime="detached", get_if_exists=True, resources=on_head()
-    ).remote()
-    _known = (_session.generation(), handle)
-    return handle
-
-
-def free_name(name: str, *, given: bool) -> str:
-    """``name`` if no run on the cluster has it. A name the user gave is refused while a run of that name goes on
-    (a finished one is replaced: the same name resumes a Ray Train run from its checkpoints); a made-up name that is
-    taken gets a suffix."""
-    import ray
-
-    reg = registry()
-    for n in [name] + ([] if given else [f"{name}-{i}" for i in range(2, 100)]):
-        taken = ray.get(reg.get.remote(n))
-        if taken is None or (given and taken[0]["status"] not in ACTIVE):
-            return n
-        if given:
-            raise UsageError(
-                f"A run named {n!r} is going on on this cluster.",
-                fix=f"give another name (--name {n}-2), follow it with `%raytrain attach {n}`, or stop it with "
-                f"`%raytrain stop {n}`.",
-            )
-    raise UsageError(f"Runs {name}, {name}-2 ... {name}-99 all exist.", fix="give the run a name: --name NAME")

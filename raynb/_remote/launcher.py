@@ -1,11 +1,12 @@
-"""The launcher actor that hosts ``TorchTrainer.fit()`` on the cluster, and the one spare kept warm for the next run.
+"""The launcher actor that hosts ``TorchTrainer.fit()`` on the cluster (the spare kept warm for the next run is the
+kernel's: ``_client/spares.py``).
 
 ``fit()`` runs inside the launcher (``num_cpus=0``), never on the kernel's main thread: Ray Train installs its own
 SIGINT handler there and an interrupt would end the cell with ``SystemExit``. Aborting is ``ray.kill(launcher)``,
 which takes the Train controller and the workers with it (they are owned by the launcher).
 
 Launcher and sink are detached actors: the run belongs to the cluster and outlives the kernel that started it
-(``_run_registry.py`` keeps their handles). A spare pair nobody claims within ``SPARE_TTL_S`` (its kernel went
+(``registry.py`` keeps their handles). A spare pair nobody claims within ``SPARE_TTL_S`` (its kernel went
 away) exits by itself, so a detached spare never lingers.
 """
 
@@ -15,13 +16,10 @@ import threading
 import time
 from typing import Any
 
-from . import _metrics, _session
-from ._detached import NAMESPACE, exit_unless_claimed
-from ._run_registry import registry
-from ._settings import Settings
-from ._shared.worker_env import launcher_env
+from .._shared.host import lease
+from .._shared.seam import SPARE_TTL_S
+from .detached import exit_unless_claimed
 
-SPARE_TTL_S = 600.0
 #: how long a running run's lease on the embedded head lasts without renewal (renewed every third of it)
 _LEASE_S = 90.0
 
@@ -69,7 +67,7 @@ class Launcher:
         info = spec["worker_info"]
 
         def train_loop_per_worker(cfg: dict[str, Any]) -> None:
-            from raynb._worker import run_on_worker
+            from raynb._remote.worker import run_on_worker
 
             run_on_worker(payload, cfg, sink, info)
 
@@ -104,8 +102,6 @@ class _Lease:
         self.dir, self.name, self._stop = leases_dir, name, threading.Event()
         if leases_dir is None:
             return
-        from ._embedded_head import lease
-
         lease(leases_dir, name, _LEASE_S)
 
         def renew() -> None:
@@ -117,71 +113,4 @@ class _Lease:
     def end(self, idle_after_s: float) -> None:
         self._stop.set()
         if self.dir is not None:
-            from ._embedded_head import lease
-
             lease(self.dir, self.name, idle_after_s)
-
-
-#: (launcher, sink, connection generation, launcher env) of the spare pair, if one is warm.
-_spare: tuple[Any, Any, int, tuple[tuple[str, str], ...]] | None = None
-
-
-def _env_key(settings: Settings) -> tuple[tuple[str, str], ...]:
-    return tuple(sorted(launcher_env(settings.health_check_interval_s).items()))
-
-
-def _new_pair(settings: Settings) -> tuple[Any, Any]:
-    import ray
-
-    env = launcher_env(settings.health_check_interval_s)
-    cls = ray.remote(num_cpus=0, max_concurrency=4)(Launcher)
-    launcher = cls.options(runtime_env={"env_vars": env}, lifetime="detached", namespace=NAMESPACE).remote()
-    launcher.warm.remote()
-    return launcher, _metrics.sink_actor(ttl_s=SPARE_TTL_S)
-
-
-def prewarm(settings: Settings | None = None) -> None:
-    """Start a launcher (with Ray Train imported) and a sink for the next run, in the background; and the cluster's
-    run registry, if this is its first run."""
-    import ray
-
-    global _spare
-    settings = settings or Settings()
-    if not ray.is_initialized() or (_spare is not None and _spare[2] == _session.generation()):
-        return
-    registry()
-    launcher, sink = _new_pair(settings)
-    _spare = (launcher, sink, _session.generation(), _env_key(settings))
-
-
-def take_spare(settings: Settings) -> tuple[Any, Any]:
-    """The warm launcher and sink if they belong to this connection and these settings, else new ones; claimed, so
-    neither exits as an unclaimed spare would."""
-    import ray
-
-    global _spare
-    spare, _spare = _spare, None
-    if spare is not None and spare[2] == _session.generation() and spare[3] == _env_key(settings):
-        pair = spare[0], spare[1]
-        try:
-            ray.get([pair[0].claim.remote(), pair[1].claim.remote()], timeout=30)
-            return pair
-        except Exception:  # noqa: BLE001 - it expired (idle longer than SPARE_TTL_S) or died: start a new pair
-            pass
-    pair = _new_pair(settings)
-    ray.get([pair[0].claim.remote(), pair[1].claim.remote()], timeout=120)
-    return pair
-
-
-def drop_spare() -> None:
-    """Kill the warm spare pair (at kernel exit: detached actors do not go with the connection)."""
-    import ray
-
-    global _spare
-    spare, _spare = _spare, None
-    if spare is not None and ray.is_initialized():
-        for actor in spare[:2]:
-            try:
-                ray.kill(actor, no_restart=True)
-            except Exception:  # noqa: BLE001
-                pass

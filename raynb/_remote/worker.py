@@ -17,10 +17,10 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from . import _metrics as metrics
-from ._gpu_sampler import GpuSampler
+from . import report as metrics
+from .gpu_sampler import GpuSampler
 
-__all__ = ["run_on_worker", "error_event", "format_frames", "NcclWatcher"]
+__all__ = ["run_on_worker", "error_event", "NcclWatcher"]
 
 _NCCL_VARS = ("NCCL_NET_PLUGIN", "NCCL_NET", "FI_PROVIDER", "NCCL_IB_DISABLE", "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE")
 
@@ -35,7 +35,7 @@ class NcclWatcher:
     def __init__(self, sink: Any, rank: int, info: dict[str, Any], interval: float = 1.0) -> None:
         import threading
 
-        from ._shared.worker_env import expand_debug_file
+        from .._shared.worker_env import expand_debug_file
 
         self.sink, self.rank, self.info, self.interval = sink, rank, info, interval
         pattern = os.environ.get("NCCL_DEBUG_FILE", "")
@@ -48,7 +48,7 @@ class NcclWatcher:
             self._thread.start()
 
     def _check(self) -> None:
-        from .nccl import parse
+        from ..nccl import parse
 
         try:
             size = os.path.getsize(self.path)
@@ -133,24 +133,6 @@ def error_event(rank: int, e: BaseException) -> dict[str, Any]:
         "frames": _frames(e.__traceback__),
         "node": socket.gethostname(),
     }
-
-
-def format_frames(frames: list[dict[str, Any]], cell_file: str | None, cell_source: str | None = None) -> list[str]:
-    """Render frames like a traceback; frames of the cell say ``cell line N`` and show that line of the cell."""
-    cell_lines = cell_source.splitlines() if cell_source else []
-    lines = []
-    for f in frames:
-        if cell_file and f["file"] == cell_file:
-            text = f["text"]
-            if not text and 0 < f["line"] <= len(cell_lines):
-                text = cell_lines[f["line"] - 1].strip()
-            lines.append(f"  cell line {f['line']}, in {f['name']}")
-        else:
-            text = f["text"]
-            lines.append(f'  File "{f["file"]}", line {f["line"]}, in {f["name"]}')
-        if text:
-            lines.append(f"    {text}")
-    return lines
 
 
 def _patch_train_report(rep: metrics.Reporter, *, fast: bool = True) -> Callable[[], None]:

@@ -1,6 +1,7 @@
 """The run's history on the cluster: every record (spilled to a file past ``mem_records``), every event, the lines
 the workers printed, and the run's picture (``_shared/picture.py``), kept by one detached async actor per run on
-the head node. Workers push to it (``_metrics.Reporter``); notebooks read from it (``_metrics.MetricStream``).
+the head node. Workers push to it (``report.Reporter``); notebooks read from it (``_stream.MetricStream``); the kernel starts
+it (``_client/spares.py``).
 Imports nothing heavier than Ray.
 """
 
@@ -17,10 +18,10 @@ import threading
 import time
 from typing import Any
 
-from ._detached import NAMESPACE, exit_unless_claimed, on_head, yield_cpu_to_training
-from ._shared.picture import Aggregate
+from .._shared.picture import Aggregate
+from .detached import exit_unless_claimed, yield_cpu_to_training
 
-__all__ = ["MetricsSink", "sink_actor"]
+__all__ = ["MetricsSink"]
 
 
 class MetricsSink:
@@ -219,12 +220,3 @@ def _lost_workers(started: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return out
     except Exception:  # noqa: BLE001 - no dashboard (RAYNB_LOCAL_DASHBOARD=0) or an older Ray: say less
         return []
-
-
-def sink_actor(ttl_s: float | None = None) -> Any:
-    """Create a detached sink actor for one run (0 CPUs, so it never competes with training for a slot; on the head
-    node, so the run's history survives the loss of a worker node). ``ttl_s``: exit unless claimed by then."""
-    import ray
-
-    cls = ray.remote(num_cpus=0, max_concurrency=64)(MetricsSink)
-    return cls.options(lifetime="detached", namespace=NAMESPACE, resources=on_head()).remote(ttl_s=ttl_s)

@@ -1,5 +1,5 @@
-"""What every detached actor of raynb shares: where it is placed, its CPU priority, and how a spare nobody claimed
-goes away.
+"""What every detached actor of raynb shares, inside the actor: its CPU priority, and how a spare nobody claimed
+goes away (where it is placed: ``_shared/seam.py``).
 
 Detached actors outlive the kernel that created them (a run belongs to the cluster). The price is that nothing
 cleans them up with the connection, so a spare made in advance exits by itself unless a run claims it.
@@ -10,14 +10,7 @@ from __future__ import annotations
 import os
 import threading
 
-__all__ = ["NAMESPACE", "on_head", "exit_unless_claimed", "yield_cpu_to_training"]
-
-NAMESPACE = "raynb"
-
-
-def on_head() -> dict[str, float]:
-    """Pin to the head node: a worker node's loss must not take a run's list or history with it."""
-    return {"node:__internal_head__": 0.001}
+__all__ = ["exit_unless_claimed", "yield_cpu_to_training"]
 
 
 def exit_unless_claimed(claimed: threading.Event, ttl_s: float) -> None:

@@ -1,0 +1,3 @@
+"""The kernel's side of the seam: the one place kernel code starts and asks raynb's actors on the cluster (the run
+registry, the spare launcher and sink kept warm for the next run). Imports ``_shared`` and ``_remote`` (the
+classes it starts there)."""

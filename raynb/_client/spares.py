@@ -1,0 +1,143 @@
+"""The kernel's handles on raynb's actors on the cluster: the run registry (created on first use, found by name), a
+new run's free name, and the spare launcher and sink kept warm for the next run (one pair per connection; a spare
+nobody claims exits by itself after ``SPARE_TTL_S``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import _session
+from .._remote.launcher import Launcher
+from .._remote.registry import RunRegistry
+from .._remote.sink import MetricsSink
+from .._settings import Settings
+from .._shared.seam import ACTIVE, NAMESPACE, REGISTRY_NAME, SPARE_TTL_S, on_head
+from .._shared.worker_env import launcher_env
+from ..errors import UsageError
+
+__all__ = ["registry", "find_registry", "free_name", "sink_actor", "prewarm", "take_spare", "drop_spare"]
+
+
+def find_registry() -> Any | None:
+    """The cluster's registry if it exists (None before the first run)."""
+    import ray
+
+    if _known is not None and _known[0] == _session.generation():
+        return _known[1]
+    try:
+        return _session.typed(ray.get_actor(REGISTRY_NAME, namespace=NAMESPACE), RunRegistry)
+    except ValueError:
+        return None
+
+
+#: (connection generation, handle): the registry asked for once per connection, not on every run's start
+_known: tuple[int, Any] | None = None
+
+
+def registry() -> Any:
+    """The cluster's registry, created on first use (detached: it outlives every kernel; 0 CPUs, on the head)."""
+    import ray
+
+    global _known
+    if _known is not None and _known[0] == _session.generation():
+        return _known[1]
+    cls = ray.remote(num_cpus=0, max_concurrency=1000)(RunRegistry)
+    handle = cls.options(
+        name=REGISTRY_NAME, namespace=NAMESPACE, lifetime="detached", get_if_exists=True, resources=on_head()
+    ).remote()
+    _known = (_session.generation(), handle)
+    return handle
+
+
+def free_name(name: str, *, given: bool) -> str:
+    """``name`` if no run on the cluster has it. A name the user gave is refused while a run of that name goes on
+    (a finished one is replaced: the same name resumes a Ray Train run from its checkpoints); a made-up name that is
+    taken gets a suffix."""
+    import ray
+
+    reg = registry()
+    for n in [name] + ([] if given else [f"{name}-{i}" for i in range(2, 100)]):
+        taken = ray.get(reg.get.remote(n))
+        if taken is None or (given and taken[0]["status"] not in ACTIVE):
+            return n
+        if given:
+            raise UsageError(
+                f"A run named {n!r} is going on on this cluster.",
+                fix=f"give another name (--name {n}-2), follow it with `%raytrain attach {n}`, or stop it with "
+                f"`%raytrain stop {n}`.",
+            )
+    raise UsageError(f"Runs {name}, {name}-2 ... {name}-99 all exist.", fix="give the run a name: --name NAME")
+
+
+def sink_actor(ttl_s: float | None = None) -> Any:
+    """Create a detached sink actor for one run (0 CPUs, so it never competes with training for a slot; on the head
+    node, so the run's history survives the loss of a worker node). ``ttl_s``: exit unless claimed by then."""
+    import ray
+
+    cls = ray.remote(num_cpus=0, max_concurrency=64)(MetricsSink)
+    return cls.options(lifetime="detached", namespace=NAMESPACE, resources=on_head()).remote(ttl_s=ttl_s)
+
+
+#: (launcher, sink, connection generation, launcher env) of the spare pair, if one is warm.
+_spare: tuple[Any, Any, int, tuple[tuple[str, str], ...]] | None = None
+
+
+def _env_key(settings: Settings) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(launcher_env(settings.health_check_interval_s).items()))
+
+
+def _new_pair(settings: Settings) -> tuple[Any, Any]:
+    import ray
+
+    env = launcher_env(settings.health_check_interval_s)
+    cls = ray.remote(num_cpus=0, max_concurrency=4)(Launcher)
+    launcher = cls.options(runtime_env={"env_vars": env}, lifetime="detached", namespace=NAMESPACE).remote()
+    launcher.warm.remote()
+    return launcher, sink_actor(ttl_s=SPARE_TTL_S)
+
+
+def prewarm(settings: Settings | None = None) -> None:
+    """Start a launcher (with Ray Train imported) and a sink for the next run, in the background; and the cluster's
+    run registry, if this is its first run."""
+    import ray
+
+    global _spare
+    settings = settings or Settings()
+    if not ray.is_initialized() or (_spare is not None and _spare[2] == _session.generation()):
+        return
+    registry()
+    launcher, sink = _new_pair(settings)
+    _spare = (launcher, sink, _session.generation(), _env_key(settings))
+
+
+def take_spare(settings: Settings) -> tuple[Any, Any]:
+    """The warm launcher and sink if they belong to this connection and these settings, else new ones; claimed, so
+    neither exits as an unclaimed spare would."""
+    import ray
+
+    global _spare
+    spare, _spare = _spare, None
+    if spare is not None and spare[2] == _session.generation() and spare[3] == _env_key(settings):
+        pair = spare[0], spare[1]
+        try:
+            ray.get([pair[0].claim.remote(), pair[1].claim.remote()], timeout=30)
+            return pair
+        except Exception:  # noqa: BLE001 - it expired (idle longer than SPARE_TTL_S) or died: start a new pair
+            pass
+    pair = _new_pair(settings)
+    ray.get([pair[0].claim.remote(), pair[1].claim.remote()], timeout=120)
+    return pair
+
+
+def drop_spare() -> None:
+    """Kill the warm spare pair (at kernel exit: detached actors do not go with the connection)."""
+    import ray
+
+    global _spare
+    spare, _spare = _spare, None
+    if spare is not None and ray.is_initialized():
+        for actor in spare[:2]:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # noqa: BLE001
+                pass

@@ -1,0 +1,113 @@
+"""Live metrics, the notebook's end: a thread that long-polls the run's sink (``_remote/sink.py``) for its picture and
+events; the records themselves only when asked (``run.metrics``)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from ._shared.picture import Aggregate
+from ._shared.picture import loads as load_picture
+
+__all__ = ["MetricStream"]
+
+
+class MetricStream:
+    """Notebook side: a thread that long-polls the sink for the run's picture and events; the records themselves are
+    read from the sink when asked for (``records``), and once more when the run ends (``stop``)."""
+
+    def __init__(self, sink: Any, poll_timeout: float = 0.25, min_gap: float = 0.25) -> None:
+        self.sink = sink
+        self.picture: Aggregate | None = None
+        self.events: list[dict[str, Any]] = []
+        self.summary: dict[str, Any] = {}
+        #: (arrival time here, newest record's report time) for each new picture: how far behind the view is
+        self.arrivals: list[tuple[float, float]] = []
+        self.poll_timeout = poll_timeout
+        # Each poll is a Ray Client round trip through the head carrying the whole picture (~170 KB for 2 ranks):
+        # at most one per `min_gap` (the live view's redraw period: a faster poll draws nothing more) keeps the
+        # notebook's and the head's share of a small machine's CPU low. The newest record in a picture is at most a
+        # flush interval old when it arrives, so latency stays ~ flush interval + the pushes' spacing.
+        self.min_gap = min_gap
+        self._version = 0
+        self._records: list[dict[str, Any]] = []
+        self._records_lock = threading.Lock()
+        self._records_final = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    def start(self) -> MetricStream:
+        self._thread = threading.Thread(target=self._loop, name="raynb-metrics-drain", daemon=True)
+        self._thread.start()
+        return self
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        """Every record so far, in arrival order (read from the sink up to now, unless the run has ended and they
+        are all here already)."""
+        if not self._records_final:
+            self.fetch_records()
+        return self._records
+
+    def fetch_records(self, *, final: bool = False, chunk: int = 200_000) -> None:
+        import ray
+
+        with self._records_lock:
+            if self._records_final:
+                return
+            try:
+                while True:
+                    _cursor, recs, _ = ray.get(self.sink.read.remote(len(self._records), 1 << 62, 0.0, chunk))
+                    self._records.extend(recs)
+                    if len(recs) < chunk:
+                        break
+            except Exception as e:  # noqa: BLE001 - the sink is gone (cluster down): keep what was read
+                if self.error is None:
+                    self.error = e
+                final = True
+            self._records_final = final
+
+    def poll_once(self, timeout: float | None = None) -> bool:
+        import ray
+
+        version, pic, evs, summary = ray.get(
+            self.sink.picture.remote(self._version, len(self.events), self.poll_timeout if timeout is None else timeout)
+        )
+        self.summary = summary
+        if pic is None and not evs:
+            return False
+        self._version = version
+        if pic is not None:
+            self.picture = load_picture(pic)
+            if summary.get("last_report"):
+                self.arrivals.append((time.time(), summary["last_report"]))
+        self.events.extend(evs)
+        return True
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if self.poll_once() and self.min_gap:
+                    self._stop.wait(self.min_gap)
+            except Exception as e:  # noqa: BLE001 - the sink died (run aborted) or the client went away
+                self.error = e
+                return
+
+    def stop(self, final_drain: bool = True, *, keep_records: bool = True) -> None:
+        """Stop following. ``final_drain``: bring the picture up to date; ``keep_records``: then read every record
+        in a background thread (``records`` waits for it), so the run's table outlives the cluster."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        if final_drain and self.error is None:
+            try:
+                while self.poll_once(timeout=0.0):
+                    pass
+            except Exception as e:  # noqa: BLE001
+                self.error = e
+            if keep_records and self.error is None:
+                threading.Thread(
+                    target=self.fetch_records, kwargs={"final": True}, name="raynb-records", daemon=True
+                ).start()
