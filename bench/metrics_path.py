@@ -27,6 +27,7 @@ import ray
 from machine import emit  # bench/machine.py, beside this script
 
 import raynb
+from raynb._client.run_channel import RunChannel
 from raynb._client.spares import sink_actor
 from raynb._remote import report as metrics
 from raynb._stream import MetricStream
@@ -176,7 +177,7 @@ def main() -> None:
     # 2. latency worker -> notebook at a steady 20 reports/s (sink up first, as in a run: Train takes longer to start)
     sink = sink_actor()
     ray.get(sink.read.remote(0, 0, 0.0))
-    stream = MetricStream(sink).start()
+    stream = MetricStream(RunChannel("bench", None, None, sink)).start()
     n = ray.get(w.steady.remote(sink, 10.0, 20.0))
     stream.stop()
     lat = [(a - newest) * 1000 for a, newest in stream.arrivals]
@@ -198,7 +199,7 @@ def main() -> None:
 
     sink = sink_actor()
     ray.get(sink.read.remote(0, 0, 0.0))
-    stream = MetricStream(sink).start()
+    stream = MetricStream(RunChannel("bench", None, None, sink)).start()
     fake_run = SimpleNamespace(
         name="scale",
         status="running",

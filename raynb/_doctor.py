@@ -13,6 +13,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from ._checks import Check, Checklist
+from ._client.cluster_side import run_task
 from ._current import current, resolve_settings
 from ._remote.tasks import node_facts
 from ._session import dashboard_get
@@ -48,7 +49,7 @@ def _ray_checks(cl: Cluster) -> list[Check]:
     import ray
 
     out: list[Check] = []
-    facts = ray.get(ray.remote(num_cpus=0)(node_facts).remote())
+    facts = run_task(node_facts)
     here_py = ".".join(map(str, sys.version_info[:3]))
     same = facts["ray"] == ray.__version__ and facts["python"].rsplit(".", 1)[0] == here_py.rsplit(".", 1)[0]
     out.append(

@@ -18,7 +18,9 @@ import time
 from collections.abc import Callable, Generator
 from typing import Any, Literal
 
-from ._client.spares import prewarm, registry, take_spare
+from ._client import cluster_side as side
+from ._client.run_channel import RunChannel
+from ._client.spares import prewarm
 from ._run_error import RunError, assemble_error, nccl_hint
 from ._run_journal import remember
 from ._settings import Settings
@@ -58,10 +60,7 @@ class Run:
         self.first_step_at: float | None = None
         self.ended_at: float | None = None
         self.stream: MetricStream | None = None
-        self._launcher: Any = None
-        self._sink: Any = None
-        self._registry: Any = None
-        self._fit_ref: Any = None
+        self._channel: RunChannel | None = None  # the run on the cluster: its registry entry, launcher and sink
         self._done = threading.Event()  # the run ended on the cluster (or the kernel lost it)
         self._ended = threading.Event()  # ... and this object has its final state
         self._lost_connection = False
@@ -229,24 +228,13 @@ class Run:
 
     # --- lifecycle ----------------------------------------------------------------------------------------------
     def _start(self, payload: bytes) -> None:
-        import ray
-
         self.started_at = time.time()
         self.status = "starting"
-        self._registry = registry()
-        self._launcher, self._sink = take_spare(self.settings)
         info = {"spec": self.spec.summary(), "user": f"{getpass.getuser()}@{socket.gethostname()}"}
-        taken = ray.get(self._registry.register.remote(self.name, info, self._launcher, self._sink))
-        if taken is not None:  # another kernel took the name a moment ago
-            for actor in (self._launcher, self._sink):
-                ray.kill(actor, no_restart=True)
-            raise UsageError(
-                f"A run named {self.name!r} was just started by {taken.get('user')}.", fix="give another name"
-            )
+        self._channel = side.start_run(self.name, info, self.settings)
         remember(self.name, self.started_at, self.spec.storage_path)
         spec = {
             "name": self.name,
-            "registry": self._registry,
             "leases_dir": self.spec.leases_dir,
             "idle_after_s": self.settings.local_idle_after_run_s,
             "trainer_kwargs": self.spec.trainer_kwargs,
@@ -257,41 +245,35 @@ class Run:
             }
             | {k: getattr(self.settings, k) for k in ("fast_train_report", "gpu_sampling")},
         }
-        self._fit_ref = self._launcher.fit.remote(payload, self.spec.config, spec, self._sink)
-        self.stream = MetricStream(self._sink, min_gap=self.settings.poll_gap_s).start()
+        self._channel.launch(payload, self.spec.config, spec)
+        self.stream = MetricStream(self._channel, min_gap=self.settings.poll_gap_s).start()
         threading.Thread(target=self._watch_fit, name="raynb-fit-watch", daemon=True).start()
 
     @classmethod
-    def _attached(cls, info: dict[str, Any], launcher: Any, sink: Any, settings: Settings, reg: Any) -> Run:
+    def _attached(cls, info: dict[str, Any], channel: RunChannel, settings: Settings) -> Run:
         """Follow a run found in the cluster's registry: its history replays from the first record, then live."""
         run = cls(RunSpec(**info["spec"]), settings)
         run.started_at, run.status = info["started"], "running"
-        run._launcher, run._sink, run._registry = launcher, sink, reg
+        run._channel = channel
         run._keep_records = False
-        run.stream = MetricStream(sink, min_gap=settings.poll_gap_s).start()
+        run.stream = MetricStream(channel, min_gap=settings.poll_gap_s).start()
         threading.Thread(target=run._watch_fit, name="raynb-fit-watch", daemon=True).start()
         return run
 
     def _watch_fit(self) -> None:
-        import ray
-
+        assert self._channel is not None
         try:
-            if self._fit_ref is not None:
-                self._fit_outcome = ray.get(self._fit_ref)
-            else:  # attached: the registry says when the run ends
-                while (info := ray.get(self._registry.wait.remote(self.name, 10.0))) is None:
-                    pass
-                self._fit_outcome = info.get("outcome") or {"status": info["status"]}
-                self.ended_at = info.get("ended")
+            self._fit_outcome, ended = self._channel.outcome()
+            self.ended_at = ended or self.ended_at
         except BaseException as e:  # noqa: BLE001 - launcher killed (stopped, lost) or the client went away
             self._fit_exc = e
             try:
-                found = ray.get(self._registry.get.remote(self.name), timeout=10)
+                found = self._channel.entry(timeout=10)
             except BaseException:  # noqa: BLE001 - the cluster does not answer: the run may well go on
                 self._lost_connection = True
             else:
-                if found is not None and found[0]["status"] == "aborted":  # stopped (here or from another kernel)
-                    self._fit_outcome = found[0].get("outcome")
+                if found is not None and found["status"] == "aborted":  # stopped (here or from another kernel)
+                    self._fit_outcome = found.get("outcome")
         finally:
             self._done.set()
 
@@ -371,16 +353,11 @@ class Run:
 
     def abort(self, timeout: float = 5.0) -> None:
         """Stop the run now: the registry kills the launcher, which takes the Train controller and workers with it."""
-        import ray
-
         if self.status in TERMINAL:
             return
         step = self.step
-        try:
-            ray.get(self._registry.stop.remote(self.name, step), timeout=10)
-        except Exception:  # noqa: BLE001 - the registry does not answer: kill the launcher from here
-            with contextlib.suppress(Exception):
-                ray.kill(self._launcher, no_restart=True)
+        if self._channel is not None:
+            self._channel.stop(step)
         self._done.wait(timeout)
         if self.stream:
             self.stream.stop(final_drain=True, keep_records=self._keep_records)

@@ -10,13 +10,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ._client.spares import find_registry, registry
+from ._client import cluster_side as side
+from ._client.run_channel import RunChannel
 from ._current import resolve_settings
-from ._remote.launcher import Launcher
-from ._remote.sink import MetricsSink
 from ._run import Run
 from ._run_journal import recall, remember
-from ._session import typed
 from ._shared.seam import ACTIVE
 from ._storage import run_dir
 from .display.tables import table
@@ -27,23 +25,20 @@ __all__ = ["runs", "attach", "stop_run", "remove_run", "run_logs", "active_runs"
 _COLUMNS = ("name", "status", "step", "workers", "started", "last report", "started by")
 
 
-def _registry() -> Any:
+def _connected() -> None:
     import ray
 
     if not ray.is_initialized():
         raise not_connected()
-    return registry()
 
 
-def _found(reg: Any, name: str) -> tuple[dict[str, Any], Any, Any] | None:
-    """The registry's entry for run ``name``: what it holds of the run, and its launcher's and sink's handles."""
-    import ray
-
-    found = ray.get(reg.get.remote(name))
+def _found(name: str) -> tuple[dict[str, Any], RunChannel]:
+    """The registry's entry for run ``name`` and a channel to it; the error a person reads when there is none."""
+    _connected()
+    found = side.find_run(name)
     if found is None:
-        return None
-    info, launcher, sink = found
-    return info, typed(launcher, Launcher), typed(sink, MetricsSink)
+        raise _unknown(name)
+    return found
 
 
 def _ago(t: float | None, now: float) -> str:
@@ -97,36 +92,24 @@ class RunList:
 
 def runs() -> RunList:
     """The runs on the connected cluster: running ones and finished ones not yet removed, newest first."""
-    import ray
-
-    reg = find_registry() if ray.is_initialized() else None
-    if reg is None:
-        if not ray.is_initialized():
-            raise not_connected()
-        return RunList([])
-    return RunList(sorted(ray.get(reg.rows.remote()), key=lambda r: -r["started"]))
+    _connected()
+    return RunList(sorted(side.list_runs(), key=lambda r: -r["started"]))
 
 
 def active_runs() -> list[str]:
     """Names of the runs going on on the connected cluster (none when not connected)."""
     import ray
 
-    reg = find_registry() if ray.is_initialized() else None
-    return list(ray.get(reg.active.remote())) if reg is not None else []
+    return side.active_runs() if ray.is_initialized() else []
 
 
 def _unknown(name: str) -> UsageError:
     """No such run here: gone with the head (this machine saw it start before the head's run list did), or never
     here (a misspelt name, another cluster)."""
-    import ray
-
     known = runs().names()
     saw = "runs here: " + (", ".join(known) if known else "none")
     seen = recall(name)
-    try:
-        head_since = float(ray.get(_registry().started_at.remote(), timeout=10))
-    except Exception:  # noqa: BLE001 - a registry from an older raynb
-        head_since = None
+    head_since = side.head_started_at()
     if seen is not None and head_since is not None and seen["started"] < head_since:
         where = run_dir(seen["storage_path"] or "~/ray_results on the head (Ray default)", name)
         return UsageError(
@@ -158,13 +141,9 @@ def attach(name: str, *, display: bool | str | None = None, wait: bool = False) 
 
     from ._train import follow
 
-    reg = _registry()
-    found = _found(reg, name)
-    if found is None:
-        raise _unknown(name)
-    info, launcher, sink = found
+    info, channel = _found(name)
     remember(name, info["started"], info["spec"].get("storage_path"))
-    run = Run._attached(info, launcher, sink, resolve_settings(), reg)
+    run = Run._attached(info, channel, resolve_settings())
     going = info["status"] in ACTIVE
     here = wait or not going  # a finished run: its final picture, at once
     view = follow(run, display, run.settings.refresh_hz, wait=here, stop_on_interrupt=False, controls_shown=going)
@@ -175,28 +154,20 @@ def attach(name: str, *, display: bool | str | None = None, wait: bool = False) 
 
 def stop_run(name: str) -> str:
     """Stop a running run on the connected cluster (its workers with it), from any kernel."""
-    import ray
-
-    reg = _registry()
-    found = _found(reg, name)
-    if found is None:
-        raise _unknown(name)
-    info = found[0]
+    info, channel = _found(name)
     if info["status"] not in ACTIVE:
         raise UsageError(
             f"Run {name!r} has already ended ({info['status']}); there is nothing to stop.",
             fix=f"`raynb.attach({name!r})` shows how it ended; `%raytrain rm {name}` removes it.",
         )
-    ray.get(reg.stop.remote(name, None))
+    channel.stop()
     return f"stopped run {name}"
 
 
 def remove_run(name: str) -> str:
     """Remove a finished run from the cluster: its entry and its metrics history."""
-    import ray
-
-    reg = _registry()
-    info = ray.get(reg.remove.remote(name))
+    _connected()
+    info = side.remove_run(name)
     if info is None:
         raise _unknown(name)
     if info["status"] in ACTIVE:
@@ -217,19 +188,13 @@ def run_logs(
     """What the run's workers printed (stdout and stderr of the cell, every rank or ``rank``): the last ``tail``
     lines (None: all kept -- the newest 100,000 lines of a run), as text. ``follow``: print them with ``out`` as
     they come until the run ends (an interrupt stops following, not the run); returns "" then."""
-    import ray
-
-    reg = _registry()
-    found = _found(reg, name)
-    if found is None:
-        raise _unknown(name)
-    info, _launcher, sink = found
+    info, channel = _found(name)
     if rank is not None and not 0 <= rank < info["spec"]["workers"]:
         raise UsageError(
             f"Run {name!r} has ranks 0..{info['spec']['workers'] - 1}; there is no rank {rank}.",
             fix="leave out --rank for every rank",
         )
-    seq, lines, dropped = ray.get(sink.read_logs.remote(0, rank, tail))
+    seq, lines, dropped = channel.logs(0, rank, tail)
     text = [_log_line(x, rank is None) for x in lines]
     if dropped and (tail is None or len(lines) < tail) and lines and lines[0]["seq"] <= dropped + 1:
         text.insert(0, f"(the {dropped:,} oldest lines are no longer kept)")
@@ -242,14 +207,14 @@ def run_logs(
         out(line)
     try:
         while True:
-            seq, lines, _ = ray.get(sink.read_logs.remote(seq, rank, None, 1.0))
+            seq, lines, _ = channel.logs(seq, rank, None, timeout=1.0)
             for x in lines:
                 out(_log_line(x, rank is None))
-            if not lines and (now := ray.get(reg.get.remote(name))) is not None and now[0]["status"] not in ACTIVE:
-                seq, lines, _ = ray.get(sink.read_logs.remote(seq, rank, None, 0.0))
+            if not lines and (now := channel.entry()) is not None and now["status"] not in ACTIVE:
+                seq, lines, _ = channel.logs(seq, rank, None, timeout=0.0)
                 for x in lines:
                     out(_log_line(x, rank is None))
-                out(f"(run {name} {now[0]['status']})")
+                out(f"(run {name} {now['status']})")
                 return ""
     except KeyboardInterrupt:
         return ""

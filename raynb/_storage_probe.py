@@ -10,6 +10,7 @@ import uuid
 from typing import Any
 
 from ._checks import Check
+from ._client.cluster_side import run_task
 from ._remote.tasks import read_file, write_file
 from ._storage import SHARED_STORAGE_FIX, is_node_local
 
@@ -49,15 +50,13 @@ def storage_check(storage_path: str | None, nodes: int, shared_mounts: tuple[str
             SHARED_STORAGE_FIX,
         )
     import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     alive = [n for n in ray.nodes() if n.get("Alive")]
     head = next((n for n in alive if n.get("Resources", {}).get("node:__internal_head__")), alive[0])
     worker = next((n for n in alive if n is not head), head)
 
     def on(node: dict[str, Any], fn: Any, *args: Any) -> Any:
-        pinned = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
-        return ray.get(ray.remote(num_cpus=0, scheduling_strategy=pinned)(fn).remote(*args), timeout=120)
+        return run_task(fn, *args, node_id=node["NodeID"])
 
     if worker is head:  # one node: it writes and reads
         sides = [(head, head, "the only node", "the only node")]

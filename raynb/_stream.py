@@ -7,6 +7,7 @@ import threading
 import time
 from typing import Any
 
+from ._client.run_channel import RunChannel
 from ._shared.picture import Aggregate
 from ._shared.picture import loads as load_picture
 
@@ -17,8 +18,8 @@ class MetricStream:
     """Notebook side: a thread that long-polls the sink for the run's picture and events; the records themselves are
     read from the sink when asked for (``records``), and once more when the run ends (``stop``)."""
 
-    def __init__(self, sink: Any, poll_timeout: float = 0.25, min_gap: float = 0.25) -> None:
-        self.sink = sink
+    def __init__(self, channel: RunChannel, poll_timeout: float = 0.25, min_gap: float = 0.25) -> None:
+        self.channel = channel
         self.picture: Aggregate | None = None
         self.events: list[dict[str, Any]] = []
         self.summary: dict[str, Any] = {}
@@ -52,14 +53,12 @@ class MetricStream:
         return self._records
 
     def fetch_records(self, *, final: bool = False, chunk: int = 200_000) -> None:
-        import ray
-
         with self._records_lock:
             if self._records_final:
                 return
             try:
                 while True:
-                    _cursor, recs, _ = ray.get(self.sink.read.remote(len(self._records), 1 << 62, 0.0, chunk))
+                    recs = self.channel.records(len(self._records), chunk)
                     self._records.extend(recs)
                     if len(recs) < chunk:
                         break
@@ -70,10 +69,8 @@ class MetricStream:
             self._records_final = final
 
     def poll_once(self, timeout: float | None = None) -> bool:
-        import ray
-
-        version, pic, evs, summary = ray.get(
-            self.sink.picture.remote(self._version, len(self.events), self.poll_timeout if timeout is None else timeout)
+        version, pic, evs, summary = self.channel.picture(
+            self._version, len(self.events), self.poll_timeout if timeout is None else timeout
         )
         self.summary = summary
         if pic is None and not evs:

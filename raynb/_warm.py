@@ -15,6 +15,7 @@ import threading
 import time
 from typing import Any
 
+from ._client.warm_channel import WarmChannel
 from ._current import resolve_settings
 from ._run import Run
 from ._settings import Settings
@@ -50,20 +51,17 @@ class WarmGroup:
     """A live worker group: ``run(fn, config)``, ``run_cell(source)``, ``pull(name, rank)``, ``stop()``."""
 
     def __init__(self, shape: Shape, settings: Settings, idle_s: float) -> None:
-        import ray
-
         from . import _train
         from ._cell import serialize
-        from ._remote.warm_worker import WarmMailbox, warm_loop
+        from ._remote.warm_worker import warm_loop
 
         self.shape, self.settings, self.idle_s = shape, settings, idle_s
         self.started = time.time()
-        cls = ray.remote(num_cpus=0, max_concurrency=64)(WarmMailbox)
-        self.mailbox = cls.remote(shape.workers, idle_s)
+        self.mailbox = WarmChannel(shape.workers, idle_s)
         self.run_obj: Run = _train._start_payload(
             serialize(warm_loop),
             settings,
-            config={"mailbox": self.mailbox},
+            config={"mailbox": self.mailbox.token},
             name=f"warm-{time.strftime('%Y%m%d-%H%M%S')}",
             env=None,
             cell_file=None,
@@ -88,11 +86,9 @@ class WarmGroup:
         return self.shape.workers if self.shape.gpu else 0
 
     def __repr__(self) -> str:
-        import ray
-
         if not self.alive:
             return f"warm group {self.name}: ended ({self.run_obj.status})"
-        idle = ray.get(self.mailbox.idle_for.remote(), timeout=10)
+        idle = self.mailbox.idle_for()
         mem = "; ".join(f"rank {r} {_memory_text(m)}" for r, m in sorted(self.memory.items())) or "-"
         return (
             f"warm group {self.name}: {self.shape}, up {clock(time.time() - self.started)}, idle {clock(idle)} "
@@ -128,7 +124,6 @@ class WarmGroup:
     def _execute(
         self, cell: dict[str, Any], source: str | None, *, display: bool | str | None = False, only_rank: int = 0
     ) -> Any:
-        import ray
         from ray import cloudpickle
 
         if not self.alive:
@@ -141,7 +136,7 @@ class WarmGroup:
             from .display import LiveView
 
             view = LiveView(self.run_obj, mode=display if isinstance(display, str) else None).start()
-        cell_id = ray.get(self.mailbox.put.remote(cell))
+        cell_id = self.mailbox.post(cell)
         self.cells += 1
         try:
             results = self._wait(cell_id, view)
@@ -174,15 +169,13 @@ class WarmGroup:
     def _wait(self, cell_id: int, view: Any) -> dict[int, dict[str, Any]]:
         """Wait for every rank's result. The Ray calls happen in a thread: an interrupt lands in this thread's
         event wait, never inside a Ray Client call (which it could leave hanging)."""
-        import ray
-
         got: dict[int, dict[str, Any]] = {}
         done, failure = threading.Event(), []
 
         def poll() -> None:
             try:
                 while not done.is_set():
-                    got.update(ray.get(self.mailbox.results.remote(cell_id, 0.25)))
+                    got.update(self.mailbox.results(cell_id, 0.25))
                     if len(got) >= self.shape.workers or self.run_obj.done():
                         break
             except Exception as e:  # noqa: BLE001 - the connection or the mailbox went away
@@ -196,7 +189,7 @@ class WarmGroup:
                 if view is not None:
                     view.refresh()
         except KeyboardInterrupt:
-            self.mailbox.interrupt.remote(cell_id)
+            self.mailbox.interrupt(cell_id)
             if not done.wait(STUCK_AFTER_S):
                 stuck = sorted(set(range(self.shape.workers)) - set(got))
                 done.set()
@@ -217,14 +210,12 @@ class WarmGroup:
     def stop(self, *, force: bool = False) -> str:
         """End the group: its workers exit and give their resources back. ``force``: do not wait for them to finish
         (a rank blocked in a collective never would); Ray Train stops them."""
-        import ray
-
         global _group
         if _group is self:
             _group = None
         if self.alive:
             try:
-                ray.get(self.mailbox.stop.remote(), timeout=10)
+                self.mailbox.stop()
                 if not force:
                     self.run_obj.wait(30)
             finally:

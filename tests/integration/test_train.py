@@ -110,13 +110,12 @@ def test_a_run_from_before_the_head_started_is_said_to_be_gone_with_it(cluster: 
     """The head started again (on Kubernetes: its pod was replaced) after a run this machine saw start: attaching
     says the run went with the old head and where its checkpoints are, not "no such run". The journal entry is the
     one a kernel writes when a run starts (`remember`), dated before this head started."""
-    import ray
-
+    from raynb._client.cluster_side import head_started_at
     from raynb._run_journal import remember
-    from raynb._runs import _registry
     from raynb.errors import UsageError
 
-    head_since = float(ray.get(_registry().started_at.remote()))
+    head_since = head_started_at()
+    assert head_since is not None
     remember("before-the-head", head_since - 60, "s3://bucket/ray?endpoint_override=http://s3:8333")
     with pytest.raises(UsageError) as ei:
         raynb.attach("before-the-head")

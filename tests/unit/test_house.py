@@ -219,7 +219,6 @@ def test_the_actor_call_reader_sees_calls() -> None:
     assert _actor_calls("import ray\nray.get(h.f.remote(1))\nray.nodes()\nray.init()\n") == [2, 2]
 
 
-@pytest.mark.xfail(strict=True, reason="53 calls in _runs, _run, _warm, _stream, _doctor, _storage_probe: steps 4a, 4b")
 def test_only_the_seam_calls_raynbs_actors() -> None:
     calls = [
         c

@@ -1,0 +1,79 @@
+"""One run on the cluster as the kernel reaches it: its entry in the cluster's registry, its launcher (where
+``fit()`` runs), its sink (the picture, the records, what the workers printed). Every call the kernel makes about a
+run goes through a :class:`RunChannel`; what crosses is plain data (dicts, lists, the pickled picture)."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+__all__ = ["RunChannel"]
+
+
+class RunChannel:
+    """The handles of one run. ``registry`` and ``launcher`` may be None where only the sink is read (a bench)."""
+
+    def __init__(self, name: str, registry: Any, launcher: Any, sink: Any) -> None:
+        self.name, self.registry, self.launcher, self.sink = name, registry, launcher, sink
+        self._fit: Any = None  # the launcher's fit() call, when this kernel started the run
+
+    # --- the run's life -------------------------------------------------------------------------------------------
+    def launch(self, payload: bytes, config: dict[str, Any], spec: dict[str, Any]) -> None:
+        """Start ``fit()`` in the launcher (returns at once); ``spec`` is what the launcher needs besides the cell."""
+        self._fit = self.launcher.fit.remote(payload, config, {**spec, "registry": self.registry}, self.sink)
+
+    def outcome(self) -> tuple[dict[str, Any], float | None]:
+        """Block until the run ends: how it ended and when (None: now). A run this kernel launched answers from its
+        ``fit()``; one found in the registry from the registry. Raises if the launcher dies or the cluster goes."""
+        import ray
+
+        if self._fit is not None:
+            return ray.get(self._fit), None
+        while (info := ray.get(self.registry.wait.remote(self.name, 10.0))) is None:
+            pass
+        return info.get("outcome") or {"status": info["status"]}, info.get("ended")
+
+    def entry(self, timeout: float | None = None) -> dict[str, Any] | None:
+        """What the registry holds of the run now (None: no such run any more)."""
+        import ray
+
+        found = ray.get(self.registry.get.remote(self.name), timeout=timeout)
+        return None if found is None else found[0]
+
+    def stop(self, step: int | None = None) -> None:
+        """Stop the run: the registry kills the launcher, which takes the Train controller and workers with it; if the
+        registry does not answer, the launcher is killed from here."""
+        import ray
+
+        try:
+            ray.get(self.registry.stop.remote(self.name, step), timeout=10)
+        except Exception:  # noqa: BLE001 - the registry does not answer
+            with contextlib.suppress(Exception):
+                ray.kill(self.launcher, no_restart=True)
+
+    # --- the run's sink ---------------------------------------------------------------------------------------------
+    def picture(self, version: int, events_seen: int, timeout: float) -> tuple[int, bytes | None, list, dict]:
+        """(version, the pickled picture if newer than ``version``, events after ``events_seen``, summary); waits up
+        to ``timeout`` for something new."""
+        import ray
+
+        version, pic, events, summary = ray.get(self.sink.picture.remote(version, events_seen, timeout))
+        return version, pic, events, summary
+
+    def records(self, cursor: int, chunk: int) -> list[dict[str, Any]]:
+        """Up to ``chunk`` records from index ``cursor`` on."""
+        import ray
+
+        _cursor, recs, _ = ray.get(self.sink.read.remote(cursor, 1 << 62, 0.0, chunk))
+        return list(recs)
+
+    def logs(
+        self, after: int, rank: int | None, tail: int | None, timeout: float | None = None
+    ) -> tuple[int, list[dict[str, Any]], int]:
+        """(last line's number, lines printed after line ``after`` -- every rank or ``rank``, the last ``tail`` --,
+        lines no longer kept); with ``timeout``, waits that long for a new line."""
+        import ray
+
+        args = (after, rank, tail) if timeout is None else (after, rank, tail, timeout)
+        seq, lines, dropped = ray.get(self.sink.read_logs.remote(*args))
+        return seq, lines, dropped

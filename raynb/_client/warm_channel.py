@@ -1,0 +1,50 @@
+"""A warm group's mailbox as the kernel reaches it: cells go in, each rank's result comes back, an interrupt or the
+end goes to every rank. The mailbox is a plain (not detached) actor of this connection: it goes with the kernel,
+and the warm run's workers, which poll it, end with it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["WarmChannel"]
+
+
+class WarmChannel:
+    """One warm group's mailbox. ``token`` goes into the warm run's config: it is what the workers poll."""
+
+    def __init__(self, workers: int, idle_s: float) -> None:
+        import ray
+
+        from .._remote.warm_worker import WarmMailbox
+
+        cls = ray.remote(num_cpus=0, max_concurrency=64)(WarmMailbox)
+        self.token: Any = cls.remote(workers, idle_s)
+
+    def post(self, cell: dict[str, Any]) -> int:
+        """Hand a cell to every rank; its id."""
+        import ray
+
+        cell_id: int = ray.get(self.token.put.remote(cell))
+        return cell_id
+
+    def results(self, cell_id: int, timeout: float) -> dict[int, dict[str, Any]]:
+        """The ranks' results for the cell so far, waiting up to ``timeout`` for one more."""
+        import ray
+
+        got: dict[int, dict[str, Any]] = ray.get(self.token.results.remote(cell_id, timeout))
+        return got
+
+    def interrupt(self, cell_id: int) -> None:
+        """Ask every rank to stop the cell (returns at once)."""
+        self.token.interrupt.remote(cell_id)
+
+    def idle_for(self) -> float:
+        import ray
+
+        return float(ray.get(self.token.idle_for.remote(), timeout=10))
+
+    def stop(self) -> None:
+        """Tell every rank to leave its loop: the warm run ends."""
+        import ray
+
+        ray.get(self.token.stop.remote(), timeout=10)
