@@ -36,4 +36,4 @@ class Checklist:
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
-        return checklist_html(self)
+        return checklist_html(self.checks)

@@ -207,6 +207,12 @@ def _make_current(c: Cluster) -> None:
     _at_exit(_at_kernel_exit)
 
 
+def current_cluster() -> Cluster | None:
+    """The cluster this kernel works with, as a ``Cluster`` (``_current`` holds it by what lower modules read)."""
+    cur = current()
+    return cur if isinstance(cur, Cluster) else None
+
+
 def _at_kernel_exit() -> None:
     """Runs go on (they belong to the cluster); the warm spare, made for this kernel's next cell, goes."""
     c = current()
@@ -346,7 +352,7 @@ def down(
     connected to it (e.g. after a restart); deleting one that is already gone is not an error.
     """
     say = progress or print
-    cur = current()
+    cur = current_cluster()
     if name is not None and name != "local":
         if cur is not None and cur.kind == "kubernetes" and cur.name == name:
             cur.down(force=force, progress=say)

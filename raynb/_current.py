@@ -1,37 +1,56 @@
 """The cluster this kernel works with, and settings resolved against it (jupysql's ``_current.py`` pattern).
 
-Runs, the doctor and the magics read the current cluster from here, so none of them imports the cluster module and
-the cluster module imports none of them back.
+Runs, the doctor and the journal read the current cluster from here, typed by what they read (``Connected``), so
+none of them imports the cluster module and this module imports nothing above it: no circle, counting type-only
+imports (tests/unit/test_house.py).
 """
 
 from __future__ import annotations
 
 import atexit
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ._settings import Settings, resolve
 
 if TYPE_CHECKING:
-    from ._cluster import Cluster
+    from ._backend import Backend
 
-__all__ = ["current", "set_current", "clear_current", "resolve_settings", "at_exit"]
+__all__ = ["current", "set_current", "clear_current", "resolve_settings", "at_exit", "Connected"]
 
-_current: Cluster | None = None
+
+class Connected(Protocol):
+    """What runs, the doctor and the journal read of the cluster this kernel works with (``_cluster.Cluster`` is the
+    one; a Protocol here, so this module imports nothing above it)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def backend(self) -> Backend: ...
+
+    @property
+    def dashboard_url(self) -> str | None: ...
+
+
+_current: Connected | None = None
 _exit_hooks: list[Callable[[], None]] = []
 
 
-def current() -> Cluster | None:
+def current() -> Connected | None:
     """The cluster this kernel is connected to, if any."""
     return _current
 
 
-def set_current(cluster: Cluster) -> None:
+def set_current(cluster: Connected) -> None:
     global _current
     _current = cluster
 
 
-def clear_current(cluster: Cluster) -> None:
+def clear_current(cluster: Connected) -> None:
     """Forget ``cluster`` if it is the current one."""
     global _current
     if _current is cluster:

@@ -10,19 +10,15 @@ zone, the NCCL/EFA variables, /dev/shm, and the image's versions.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
 
 from ._checks import Check, Checklist
 from ._client.cluster_side import run_task
-from ._current import current, resolve_settings
+from ._current import Connected, current, resolve_settings
 from ._remote.tasks import node_facts
 from ._session import dashboard_get
 from ._shared.worker_env import WORKER_ENV_DEFAULTS
 from ._storage_probe import storage_check
 from .errors import not_connected
-
-if TYPE_CHECKING:
-    from ._cluster import Cluster
 
 __all__ = ["doctor"]
 
@@ -45,7 +41,7 @@ def doctor() -> Checklist:
     return out
 
 
-def _ray_checks(cl: Cluster) -> list[Check]:
+def _ray_checks(cl: Connected) -> list[Check]:
     import ray
 
     out: list[Check] = []

@@ -116,7 +116,7 @@ class RayNBMagics(Magics):
             overrides = parse_assignments(args.overrides, "%raycluster render: --set")
             print(render_yaml(args.values, overrides, template=args.template), end="")
             return None
-        cur = C.current()
+        cur = C.current_cluster()
         if cur is None:
             raise not_connected()
         if cmd == "logs":

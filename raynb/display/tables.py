@@ -4,12 +4,26 @@ from __future__ import annotations
 
 import html
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from .._checks import Checklist
+__all__ = ["table", "checklist_html", "Cell", "STATE_MARK", "ViewedCheck"]
 
-__all__ = ["table", "checklist_html", "Cell", "STATE_MARK"]
+
+class ViewedCheck(Protocol):
+    """What the doctor's table reads of a check (``_checks.Check``), so ``display/`` never imports the checklist."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def state(self) -> str: ...
+
+    @property
+    def detail(self) -> str: ...
+
+    @property
+    def fix(self) -> str: ...
+
 
 #: A cell is text (escaped here) or ``(markup, True)`` for HTML built by the caller.
 Cell = str | tuple[str, bool]
@@ -42,7 +56,7 @@ def table(
     return f'<table{klass} style="{style}"><tr>{head}</tr>{body}</table>'
 
 
-def checklist_html(checklist: Checklist) -> str:
+def checklist_html(checks: Sequence[ViewedCheck]) -> str:
     rows = [
         (
             (f'<span style="color:{_STATE_COLOR[c.state]};font-weight:bold">{STATE_MARK[c.state]}</span>', True),
@@ -50,11 +64,11 @@ def checklist_html(checklist: Checklist) -> str:
             c.detail,
             c.fix,
         )
-        for c in checklist.checks
+        for c in checks
     ]
     return table(
         ["", "check", "seen", "fix"],
         rows,
         cls="raynb-doctor",
-        row_attrs=[f'data-state="{c.state}"' for c in checklist.checks],
+        row_attrs=[f'data-state="{c.state}"' for c in checks],
     )
