@@ -6,6 +6,8 @@ wins over ``%config``, which wins over ``RAYNB_*`` environment variables, which 
 
 from __future__ import annotations
 
+from argparse import Namespace
+from collections.abc import Callable
 from typing import Any
 
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
@@ -43,103 +45,112 @@ class RayNBMagics(Magics):
     @line_magic
     def raycluster(self, line: str) -> Any:
         """%raycluster up [--local | --k8s --values F --set K=V ...] | down [NAME] | status | list | logs [POD] |
-        dashboard | doctor | bench | render"""
+        dashboard | doctor | bench | render | warm [stop]"""
+        args = parse_cluster_line(line)
+        return _CLUSTER_COMMANDS[args.command or "status"](self, args)
+
+    def _cluster_up(self, args: Namespace) -> Any:
         from . import _cluster as C
 
-        args = parse_cluster_line(line)
-        cmd = args.command or "status"
-        if cmd == "up":
-            kube = bool(
-                args.k8s
-                or args.values
-                or args.overrides
-                or args.template
-                or args.kube_context
-                or args.kube_namespace
-                or args.kubeconfig
-                or args.recreate
-                or args.force
-                or args.no_connect
+        kube = bool(
+            args.k8s
+            or args.values
+            or args.overrides
+            or args.template
+            or args.kube_context
+            or args.kube_namespace
+            or args.kubeconfig
+            or args.recreate
+            or args.force
+            or args.no_connect
+        )
+        if kube and args.local:
+            raise UsageError(
+                "%raycluster up: --local cannot be combined with Kubernetes options",
+                fix="drop --local to create the RayCluster, or drop the Kubernetes options",
             )
-            if kube and args.local:
-                raise UsageError(
-                    "%raycluster up: --local cannot be combined with Kubernetes options",
-                    fix="drop --local to create the RayCluster, or drop the Kubernetes options",
-                )
-            if kube:
-                settings = self._settings(
-                    {
-                        "kube_start_timeout_s": args.timeout,
-                        "kube_context": args.kube_context,
-                        "kube_namespace": args.kube_namespace,
-                    }
-                )
-                return C.up(
-                    local=False,
-                    values=args.values,
-                    set=parse_assignments(args.overrides, "%raycluster up: --set"),
-                    template=args.template,
-                    kubeconfig=args.kubeconfig,
-                    recreate=args.recreate,
-                    force=args.force,
-                    connect=not args.no_connect,
-                    settings=settings,
-                )
+        if kube:
             settings = self._settings(
                 {
-                    "local_num_cpus": args.local_num_cpus,
-                    "local_num_gpus": args.local_num_gpus,
-                    "start_timeout_s": args.timeout,
-                    "local_dashboard": args.local_dashboard,
-                    "local_auth": args.local_auth,
+                    "kube_start_timeout_s": args.timeout,
+                    "kube_context": args.kube_context,
+                    "kube_namespace": args.kube_namespace,
                 }
             )
-            return C.up(local=True, settings=settings)
-        if cmd == "down":
-            where = self._settings({"kube_context": args.kube_context, "kube_namespace": args.kube_namespace})
-            stopped = C.down(args.name, namespace=where.kube_namespace, context=where.kube_context, force=args.force)
-            if args.name is None:
-                print("cluster stopped" if stopped else "no cluster was running")
-            return None
-        if cmd == "list":
-            where = self._settings({"kube_context": args.kube_context, "kube_namespace": args.kube_namespace})
-            try:
-                rows = C.clusters(namespace=where.kube_namespace, context=where.kube_context)
-                note = ""
-            except KubeError as e:  # no embedded head, and Kubernetes cannot be asked: say both
-                rows, note = [], f"\n(Kubernetes not asked: {e.what})"
-            print(_cluster_table(rows) + note)
-            return None
-        if cmd == "render":
-            from .manifest import render_yaml
-
-            overrides = parse_assignments(args.overrides, "%raycluster render: --set")
-            print(render_yaml(args.values, overrides, template=args.template), end="")
-            return None
-        cur = C.current_cluster()
-        if cur is None:
-            raise not_connected()
-        if cmd == "logs":
-            print(cur.logs(args.which, tail=args.tail))
-            return None
-        if cmd == "doctor":
-            from ._doctor import doctor
-
-            return doctor()
-        if cmd == "bench":
-            from ._probe import bench
-
-            settings = self._settings(setting_flags(args))
-            return bench(
-                gpu=args.gpu,
-                settings=settings if (args.workers or args.gpu) else None,
-                sizes=args.sizes,
-                compare_tcp=args.compare_tcp,
+            return C.up(
+                local=False,
+                values=args.values,
+                set=parse_assignments(args.overrides, "%raycluster up: --set"),
+                template=args.template,
+                kubeconfig=args.kubeconfig,
+                recreate=args.recreate,
+                force=args.force,
+                connect=not args.no_connect,
+                settings=settings,
             )
-        if cmd == "dashboard":
-            link = cur.dashboard()
-            return _Link("Ray dashboard", link) if link else None
-        return cur.status()
+        settings = self._settings(
+            {
+                "local_num_cpus": args.local_num_cpus,
+                "local_num_gpus": args.local_num_gpus,
+                "start_timeout_s": args.timeout,
+                "local_dashboard": args.local_dashboard,
+                "local_auth": args.local_auth,
+            }
+        )
+        return C.up(local=True, settings=settings)
+
+    def _cluster_down(self, args: Namespace) -> None:
+        from . import _cluster as C
+
+        where = self._settings({"kube_context": args.kube_context, "kube_namespace": args.kube_namespace})
+        stopped = C.down(args.name, namespace=where.kube_namespace, context=where.kube_context, force=args.force)
+        if args.name is None:
+            print("cluster stopped" if stopped else "no cluster was running")
+
+    def _cluster_list(self, args: Namespace) -> None:
+        from . import _cluster as C
+
+        where = self._settings({"kube_context": args.kube_context, "kube_namespace": args.kube_namespace})
+        try:
+            rows = C.clusters(namespace=where.kube_namespace, context=where.kube_context)
+            note = ""
+        except KubeError as e:  # no embedded head, and Kubernetes cannot be asked: say both
+            rows, note = [], f"\n(Kubernetes not asked: {e.what})"
+        print(_cluster_table(rows) + note)
+
+    def _cluster_render(self, args: Namespace) -> None:
+        from .manifest import render_yaml
+
+        overrides = parse_assignments(args.overrides, "%raycluster render: --set")
+        print(render_yaml(args.values, overrides, template=args.template), end="")
+
+    def _cluster_logs(self, args: Namespace) -> None:
+        print(_connected().logs(args.which, tail=args.tail))
+
+    def _cluster_doctor(self, args: Namespace) -> Any:
+        from ._doctor import doctor
+
+        _connected()
+        return doctor()
+
+    def _cluster_bench(self, args: Namespace) -> Any:
+        from ._probe import bench
+
+        _connected()
+        settings = self._settings(setting_flags(args))
+        return bench(
+            gpu=args.gpu,
+            settings=settings if (args.workers or args.gpu) else None,
+            sizes=args.sizes,
+            compare_tcp=args.compare_tcp,
+        )
+
+    def _cluster_dashboard(self, args: Namespace) -> Any:
+        link = _connected().dashboard()
+        return _Link("Ray dashboard", link) if link else None
+
+    def _cluster_status(self, args: Namespace) -> Any:
+        return _connected().status()
 
     def _eval(self, expr: str, flag: str) -> Any:
         """A flag's Python expression, evaluated in the notebook (the user's own code)."""
@@ -207,34 +218,83 @@ class RayNBMagics(Magics):
         return warm(settings=settings, shaped=shaped).run_cell(cell, self.ip.user_ns)
 
     def _runs(self, line: str) -> Any:
-        from . import _runs
-
         args = parse_runs_line(line)
-        if args.cmd == "ls":
-            return _runs.runs()
-        if args.cmd == "attach":
-            run = _runs.attach(args.name, wait=args.wait)
-            if args.out:
-                self.ip.user_ns[args.out] = run
-            return None
-        if args.cmd == "warm":
-            from ._warm import current_warm
+        return _RUNS_COMMANDS[args.cmd](self, args)
 
-            group = current_warm()
-            if group is None:
-                print("no warm group in this kernel: a `%%raytrain --warm` cell starts one")
-            elif args.action == "stop":
-                print(group.stop())
-            else:
-                print(repr(group))
-            return None
-        if args.cmd == "logs":
-            text = _runs.run_logs(args.name, rank=args.rank, tail=args.tail, follow=args.follow)
-            if text:
-                print(text)
-            return None
-        print(_runs.stop_run(args.name) if args.cmd == "stop" else _runs.remove_run(args.name))
-        return None
+    def _runs_ls(self, args: Namespace) -> Any:
+        from ._runs import runs
+
+        return runs()
+
+    def _runs_attach(self, args: Namespace) -> None:
+        from ._runs import attach
+
+        run = attach(args.name, wait=args.wait)
+        if args.out:
+            self.ip.user_ns[args.out] = run
+
+    def _warm(self, args: Namespace) -> None:
+        from ._warm import current_warm
+
+        group = current_warm()
+        if group is None:
+            print("no warm group in this kernel: a `%%raytrain --warm` cell starts one")
+        elif args.action == "stop":
+            print(group.stop())
+        else:
+            print(repr(group))
+
+    def _runs_logs(self, args: Namespace) -> None:
+        from ._runs import run_logs
+
+        text = run_logs(args.name, rank=args.rank, tail=args.tail, follow=args.follow)
+        if text:
+            print(text)
+
+    def _runs_stop(self, args: Namespace) -> None:
+        from ._runs import stop_run
+
+        print(stop_run(args.name))
+
+    def _runs_rm(self, args: Namespace) -> None:
+        from ._runs import remove_run
+
+        print(remove_run(args.name))
+
+
+def _connected() -> Any:
+    """The cluster this kernel works with, or the error that says how to connect."""
+    from ._cluster import current_cluster
+
+    cur = current_cluster()
+    if cur is None:
+        raise not_connected()
+    return cur
+
+
+_Command = Callable[[RayNBMagics, Namespace], Any]
+#: every subcommand of ``%raycluster`` and of ``%raytrain``'s line form -> what runs it (the parsers in
+#: ``_magic_args.py`` list the same names: tests/unit/test_magics.py holds them equal)
+_CLUSTER_COMMANDS: dict[str, _Command] = {
+    "up": RayNBMagics._cluster_up,
+    "down": RayNBMagics._cluster_down,
+    "list": RayNBMagics._cluster_list,
+    "render": RayNBMagics._cluster_render,
+    "status": RayNBMagics._cluster_status,
+    "logs": RayNBMagics._cluster_logs,
+    "dashboard": RayNBMagics._cluster_dashboard,
+    "doctor": RayNBMagics._cluster_doctor,
+    "bench": RayNBMagics._cluster_bench,
+    "warm": RayNBMagics._warm,
+}
+_RUNS_COMMANDS: dict[str, _Command] = {
+    "ls": RayNBMagics._runs_ls,
+    "attach": RayNBMagics._runs_attach,
+    "logs": RayNBMagics._runs_logs,
+    "stop": RayNBMagics._runs_stop,
+    "rm": RayNBMagics._runs_rm,
+    "warm": RayNBMagics._warm,
+}
 
 
 class _Link:

@@ -118,3 +118,27 @@ def test_up_with_values_goes_to_kubernetes_and_says_what_is_missing(ip, tmp_path
     with pytest.raises(KubeError) as ei:  # the image's own Python (3.13): still the kubeconfig first
         ip.run_line_magic("raycluster", "up --k8s --timeout 5")
     assert ei.value.what == "No Kubernetes configuration found."
+
+
+def _subcommands(parser) -> set[str]:
+    import argparse
+
+    return {name for a in parser._actions if isinstance(a, argparse._SubParsersAction) for name in a.choices}
+
+
+def test_every_subcommand_is_routed_through_one_table() -> None:
+    """The parsers name the subcommands, one table each routes them (``%raycluster warm`` once fell through to
+    ``status``: it had a parser and no branch)."""
+    from raynb import magics
+    from raynb._magic_args import cluster_parser, runs_parser
+
+    assert set(magics._CLUSTER_COMMANDS) == _subcommands(cluster_parser())
+    assert set(magics._RUNS_COMMANDS) == _subcommands(runs_parser())
+
+
+def test_warm_without_a_group_says_how_to_start_one(ip, capsys) -> None:
+    for line in ("warm", "warm stop"):
+        ip.run_line_magic("raycluster", line)
+        assert "no warm group in this kernel" in capsys.readouterr().out
+        ip.run_line_magic("raytrain", line)
+        assert "no warm group in this kernel" in capsys.readouterr().out
