@@ -45,6 +45,7 @@ def registry() -> Any:
     handle = cls.options(
         name=REGISTRY_NAME, namespace=NAMESPACE, lifetime="detached", get_if_exists=True, resources=on_head()
     ).remote()
+    handle = _session.typed(handle, RunRegistry)  # one that existed comes back without its methods (Ray Client)
     _known = (_session.generation(), handle)
     return handle
 

@@ -14,10 +14,11 @@ from tests.notebook.kernels import errors, kernel, run, text
 LOOP = "import raynb, time\nfor i in range({n}):\n    time.sleep({dt})\n    raynb.report(loss=1.0 / (i + 1))\n"
 
 
-def _value(kc, expr: str) -> str:
-    """What the cell printed (a background run's view updates may be filed under any later cell: left out; so may
-    the lines its workers print, which Ray forwards to whichever cell is running: only the marked line counts)."""
-    out = run(kc, f"print('=value=', repr({expr}))", timeout=60)
+def _value(kc, expr: str, others: list[dict] | None = None) -> str:
+    """What the cell printed (a background run's view updates may be filed under any later cell: left out, or kept
+    in ``others``; so may the lines its workers print, which Ray forwards to whichever cell is running: only the
+    marked line counts)."""
+    out = run(kc, f"print('=value=', repr({expr}))", timeout=60, others=others)
     assert not errors(out), text(out)
     marked = [ln for ln in _printed(out).splitlines() if ln.startswith("=value= ")]
     assert len(marked) == 1, _printed(out)
@@ -137,8 +138,8 @@ def test_a_background_run_stopped_from_another_kernel_and_the_refusals(home: dic
             assert not errors(up), text(up)
         started = run(a, "%%raytrain --workers 2 --background --out r --name long\n" + LOOP.format(n=10_000, dt=0.2))
         assert not errors(started), text(started)
-        assert _value(a, "r.status") in ("'starting'", "'running'")
         seen: list[dict] = []  # every message, whichever cell ipykernel files a background update under
+        assert _value(a, "r.status", others=seen) in ("'starting'", "'running'")
         round_trips = []
         for _ in range(5):  # the kernel answers while the run goes on
             t0 = time.monotonic()
@@ -147,9 +148,9 @@ def test_a_background_run_stopped_from_another_kernel_and_the_refusals(home: dic
             seen += out
             assert "42" in text(out)
         assert max(round_trips) < 1.0, round_trips
-        assert _value(a, "r.done()") == "False"
+        assert _value(a, "r.done()", others=seen) == "False"
         deadline = time.monotonic() + 120
-        while int(_value(a, "r.step")) < 3 and time.monotonic() < deadline:
+        while int(_value(a, "r.step", others=seen)) < 3 and time.monotonic() < deadline:
             time.sleep(0.5)
         # a second run with a name in use: refused, with a way out
         dup = errors(run(b, "%%raytrain --workers 1 --name long\npass\n", timeout=60))
