@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import html
 import time
-from typing import TYPE_CHECKING
 
 from .._shared.cost import usd
 from .run_view import clock
 from .tables import table
-
-if TYPE_CHECKING:
-    from .._cluster_status import ClusterStatus
+from .viewed_status import ViewedStatus
 
 __all__ = ["status_text", "status_html", "cost_text"]
 
 
-def cost_text(st: ClusterStatus, now: float | None = None) -> str | None:
+def cost_text(st: ViewedStatus, now: float | None = None) -> str | None:
     """``2 × g6.12xlarge ≈ $9.20/h (...) · up 1:12:00 ≈ $11.04 so far``; None where nothing is billed."""
     if st.cost is None:
         return None
@@ -33,7 +30,7 @@ def cost_text(st: ClusterStatus, now: float | None = None) -> str | None:
     return f"cost {st.cost.text()} · up {clock(up)} ≈ {usd(st.cost.usd_for(up))} so far"
 
 
-def status_text(st: ClusterStatus) -> str:
+def status_text(st: ViewedStatus) -> str:
     alive = sum(n.alive for n in st.nodes)
     lines = [
         f"{st.name} ({st.kind}) at {st.address}",
@@ -68,7 +65,7 @@ def status_text(st: ClusterStatus) -> str:
     return "\n".join(lines)
 
 
-def status_html(st: ClusterStatus) -> str:
+def status_html(st: ViewedStatus) -> str:
     dash = f' · <a href="{html.escape(st.dashboard_url)}" target="_blank">Ray dashboard</a>' if st.dashboard_url else ""
     kube = ""
     if st.kube is not None:

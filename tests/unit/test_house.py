@@ -182,9 +182,6 @@ def _layer(mod: str) -> str | None:
     return max(keys, key=len) if keys else None
 
 
-@pytest.mark.xfail(
-    strict=True, reason="1 of 3 left: _cluster_status <-> display/cluster_view (a status renders itself): step 5"
-)
 def test_no_import_circles_counting_type_only_imports() -> None:
     assert _cycles(_graph(type_checking=True)) == []
 
