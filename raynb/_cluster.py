@@ -14,26 +14,19 @@ from . import _embedded, _kubernetes, _session
 from . import _embedded_head as head_proc
 from ._backend import Say
 from ._browser_link import dashboard_link
+from ._client import cluster_side
 from ._client.spares import drop_spare, prewarm
 from ._cluster_status import ClusterStatus, NodeInfo
 from ._current import at_exit as _at_exit
-from ._current import clear_current, current, resolve_settings, set_current
-from ._runs import active_runs
+from ._current import clear_current, current, resolve_settings, set_current, warm_group
 from ._settings import Settings
-from ._shared.worker_env import job_env
+from ._shared.worker_env import job_env, launcher_env
 from .errors import KubeError, NotConnectedError, UsageError, not_connected
 
 if TYPE_CHECKING:
     from ._backend import Backend, BackendKind
 
 __all__ = ["Cluster", "ClusterStatus", "NodeInfo", "up", "down", "current", "clusters"]
-
-
-def _warm_line() -> str | None:
-    from ._warm import current_warm
-
-    group = current_warm()
-    return None if group is None else f"warm group {group.name}: {group.shape}, holds {group.gpus} GPUs"
 
 
 class Cluster:
@@ -99,7 +92,9 @@ class Cluster:
             reconnect_grace_s=self.settings.client_reconnect_grace_s,
             progress=progress,
         )
-        prewarm(self.settings)  # the first %%raytrain then starts as fast as a bare fit()
+        prewarm(
+            launcher_env(self.settings.health_check_interval_s)
+        )  # the first %%raytrain then starts as fast as a bare fit()
         return self
 
     @property
@@ -137,7 +132,7 @@ class Cluster:
             dict(ray.cluster_resources()),
             dict(ray.available_resources()),
             kube=kube_st,
-            warm=_warm_line(),
+            warm=None if (group := warm_group()) is None else group.line(),
             cost=cost,
         )
 
@@ -152,7 +147,7 @@ class Cluster:
     def down(self, *, force: bool = False, progress: Say | None = None) -> None:
         """Disconnect and stop the cluster: the embedded head and every process it started, or the RayCluster and its
         pods (waits until they are gone). Refused while runs go on there, unless ``force`` (they stop with it)."""
-        going = active_runs() if _session.is_connected() else []
+        going = cluster_side.active_runs() if _session.is_connected() else []
         if going and not force:
             raise UsageError(
                 f"{len(going)} run(s) still going on this cluster: {', '.join(going)}.",
@@ -215,7 +210,7 @@ def current_cluster() -> Cluster | None:
 
 def _at_kernel_exit() -> None:
     """Runs go on (they belong to the cluster); the warm spare, made for this kernel's next cell, goes."""
-    c = current()
+    c = current_cluster()
     try:
         drop_spare()
         _session.disconnect()

@@ -1,8 +1,9 @@
-"""The cluster this kernel works with, and settings resolved against it (jupysql's ``_current.py`` pattern).
+"""The cluster this kernel works with, its warm group, and settings resolved against the cluster (jupysql's
+``_current.py`` pattern).
 
-Runs, the doctor and the journal read the current cluster from here, typed by what they read (``Connected``), so
-none of them imports the cluster module and this module imports nothing above it: no circle, counting type-only
-imports (tests/unit/test_house.py).
+Runs, the doctor and the journal read the current cluster from here, typed by what they read (``Connected``), and the
+cluster's status reads the warm group (``Held``), so runs and clusters -- siblings -- never import each other and this
+module imports nothing above it: no circle, counting type-only imports (tests/unit/test_house.py).
 """
 
 from __future__ import annotations
@@ -14,9 +15,37 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ._settings import Settings, resolve
 
 if TYPE_CHECKING:
-    from ._backend import Backend
+    from ._shared.cost import HourlyCost
 
-__all__ = ["current", "set_current", "clear_current", "resolve_settings", "at_exit", "Connected"]
+__all__ = [
+    "current",
+    "set_current",
+    "clear_current",
+    "resolve_settings",
+    "at_exit",
+    "Connected",
+    "HeadSite",
+    "Held",
+    "warm_group",
+    "hold_warm",
+]
+
+
+class HeadSite(Protocol):
+    """What runs and settings read of where the cluster's head runs (``_backend.Backend`` has these, and more that
+    only the cluster and the doctor use)."""
+
+    def values_layer(self) -> dict[str, Any]: ...
+
+    def storage_reach(self) -> tuple[int, tuple[str, ...]]: ...
+
+    def grows_to(self) -> dict[str, float] | None: ...
+
+    def efa_expected(self) -> tuple[bool, bool | None]: ...
+
+    def run_leases_dir(self) -> str | None: ...
+
+    def hourly_cost(self) -> HourlyCost | None: ...
 
 
 class Connected(Protocol):
@@ -30,13 +59,23 @@ class Connected(Protocol):
     def kind(self) -> str: ...
 
     @property
-    def backend(self) -> Backend: ...
+    def backend(self) -> HeadSite: ...
 
     @property
     def dashboard_url(self) -> str | None: ...
 
 
+class Held(Protocol):
+    """What the cluster's status reads of this kernel's warm group (``_runs.warm.WarmGroup`` is the one)."""
+
+    @property
+    def alive(self) -> bool: ...
+
+    def line(self) -> str: ...
+
+
 _current: Connected | None = None
+_warm: Held | None = None
 _exit_hooks: list[Callable[[], None]] = []
 
 
@@ -55,6 +94,18 @@ def clear_current(cluster: Connected) -> None:
     global _current
     if _current is cluster:
         _current = None
+
+
+def warm_group() -> Held | None:
+    """This kernel's warm group, if one is up."""
+    return _warm if _warm is not None and _warm.alive else None
+
+
+def hold_warm(group: Held | None, *, instead_of: Held | None = None) -> None:
+    """``group`` is now this kernel's warm group (None: none is). With ``instead_of``, only if that one still is."""
+    global _warm
+    if instead_of is None or _warm is instead_of:
+        _warm = group
 
 
 def at_exit(hook: Callable[[], None]) -> None:

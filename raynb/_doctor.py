@@ -13,7 +13,8 @@ import sys
 
 from ._checks import Check, Checklist
 from ._client.cluster_side import run_task
-from ._current import Connected, current, resolve_settings
+from ._cluster import Cluster, current_cluster
+from ._current import resolve_settings
 from ._remote.tasks import node_facts
 from ._session import dashboard_get
 from ._shared.worker_env import WORKER_ENV_DEFAULTS
@@ -28,7 +29,7 @@ def doctor() -> Checklist:
     Kubernetes cluster (those need no Ray connection)."""
     import ray
 
-    cl = current()
+    cl = current_cluster()
     if cl is None:
         raise not_connected()
     backend_checks = cl.backend.doctor_checks()  # Kubernetes' need no Ray connection
@@ -41,7 +42,7 @@ def doctor() -> Checklist:
     return out
 
 
-def _ray_checks(cl: Connected) -> list[Check]:
+def _ray_checks(cl: Cluster) -> list[Check]:
     import ray
 
     out: list[Check] = []

@@ -25,6 +25,7 @@ from ._run_error import RunError, assemble_error, nccl_hint
 from ._run_journal import remember
 from ._settings import Settings
 from ._shared.run_spec import RunSpec
+from ._shared.worker_env import launcher_env
 from ._stream import MetricStream
 from .errors import ConnectError, RunAborted, TrainingFailedError, UsageError
 
@@ -231,7 +232,7 @@ class Run:
         self.started_at = time.time()
         self.status = "starting"
         info = {"spec": self.spec.summary(), "user": f"{getpass.getuser()}@{socket.gethostname()}"}
-        self._channel = side.start_run(self.name, info, self.settings)
+        self._channel = side.start_run(self.name, info, launcher_env(self.settings.health_check_interval_s))
         remember(self.name, self.started_at, self.spec.storage_path)
         spec = {
             "name": self.name,
@@ -348,7 +349,7 @@ class Run:
             self.status = "succeeded"
         self.result = out
         # The launcher and sink belong to the cluster: the registry ends the launcher, the sink keeps the history.
-        prewarm(self.settings)  # the next cell finds a warm launcher
+        prewarm(launcher_env(self.settings.health_check_interval_s))  # the next cell finds a warm launcher
         self._mark_ended()
 
     def abort(self, timeout: float = 5.0) -> None:
@@ -364,7 +365,7 @@ class Run:
         self.ended_at = time.time()
         self.status = "aborted"
         self.aborted_at_step = max(step, self.step)
-        prewarm(self.settings)
+        prewarm(launcher_env(self.settings.health_check_interval_s))
         self._mark_ended()
 
     def _mark_ended(self) -> None:

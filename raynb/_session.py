@@ -16,10 +16,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ._client import handles
 from ._log_filter import LineFilter
 from .errors import ConnectError
 
-__all__ = ["connect", "disconnect", "is_connected", "check_versions", "auth_preflight", "dashboard_get", "typed"]
+__all__ = ["connect", "disconnect", "is_connected", "check_versions", "auth_preflight", "dashboard_get"]
 
 
 def _filter_known_noise() -> None:
@@ -59,14 +60,6 @@ def _filter_known_noise() -> None:
     filtered_stdstream._raynb = True  # type: ignore[attr-defined]
     LogstreamClient.stdstream = filtered_stdstream
     LogstreamClient.log = filtered_log
-
-
-_generation = 0
-
-
-def generation() -> int:
-    """Counts connections made by this process: actors from an earlier connection are gone."""
-    return _generation
 
 
 def is_connected() -> bool:
@@ -267,8 +260,7 @@ def connect(
             ray.init(
                 address, runtime_env=runtime_env or None, namespace="raynb", logging_level="WARNING", log_to_driver=True
             )
-            global _generation
-            _generation += 1
+            handles.new_connection()
             res = ray.cluster_resources()
             say(f"connected to {address} ({res.get('CPU', 0):g} CPUs, {res.get('GPU', 0):g} GPUs)")
             return
@@ -300,24 +292,3 @@ def _drop_client() -> None:
     if ray.is_initialized() or ray_client.num_connected_contexts() > 0:
         with contextlib.suppress(Exception):
             ray.shutdown()
-
-
-def typed(handle: Any, cls: type) -> Any:
-    """``handle`` -- from ``ray.get_actor``, or handed back by an actor -- with ``cls``'s methods known in this kernel.
-    Over Ray Client such a handle otherwise asks the cluster for them on its first call, by a task
-    (``ClientActorHandle._init_class_info``), and in a connection that has run no task yet that task waits for a new
-    worker process: 3-10 s measured on a busy 2-core head, before ``down`` could even ask whether runs go on. Ray
-    builds the same table from the class when the client creates the actor (``ClientActorHandle(actor_class=...)``,
-    Ray 2.58); a Ray without that keeps its own way."""
-    try:
-        from ray.util.client.common import ClientActorClass, ClientActorHandle
-    except ImportError:
-        return handle
-    if not isinstance(handle, ClientActorHandle) or handle._method_num_returns is not None:
-        return handle
-    try:
-        known = ClientActorHandle(handle.actor_ref, actor_class=ClientActorClass(cls))
-    except TypeError:
-        return handle
-    handle._method_num_returns, handle._method_signatures = known._method_num_returns, known._method_signatures
-    return handle

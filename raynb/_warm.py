@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from ._client.warm_channel import WarmChannel
-from ._current import resolve_settings
+from ._current import hold_warm, resolve_settings, warm_group
 from ._run import Run
 from ._settings import Settings
 from .display.run_view import clock
@@ -28,12 +28,10 @@ __all__ = ["WarmGroup", "warm", "current_warm"]
 STUCK_AFTER_S = 10.0
 
 
-_group: WarmGroup | None = None
-
-
 def current_warm() -> WarmGroup | None:
-    """This kernel's warm group, if one is up."""
-    return _group if _group is not None and _group.alive else None
+    """This kernel's warm group, if one is up (``_current`` holds it, so the cluster's status reads it too)."""
+    group = warm_group()
+    return group if isinstance(group, WarmGroup) else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,6 +82,10 @@ class WarmGroup:
     @property
     def gpus(self) -> int:
         return self.shape.workers if self.shape.gpu else 0
+
+    def line(self) -> str:
+        """One line for the cluster's status: which group, its shape, what it holds."""
+        return f"warm group {self.name}: {self.shape}, holds {self.gpus} GPUs"
 
     def __repr__(self) -> str:
         if not self.alive:
@@ -210,9 +212,7 @@ class WarmGroup:
     def stop(self, *, force: bool = False) -> str:
         """End the group: its workers exit and give their resources back. ``force``: do not wait for them to finish
         (a rank blocked in a collective never would); Ray Train stops them."""
-        global _group
-        if _group is self:
-            _group = None
+        hold_warm(None, instead_of=self)
         if self.alive:
             try:
                 self.mailbox.stop()
@@ -325,7 +325,6 @@ def warm(
     to restart (``raynb.warm().stop()``); a group holds its workers (and GPUs) until it ends."""
     import ray
 
-    global _group
     if not ray.is_initialized():
         raise not_connected()
     settings = settings or resolve_settings({"workers": workers, "gpu": gpu, "cpus_per_worker": cpus_per_worker})
@@ -348,9 +347,10 @@ def warm(
     else:
         _check_free(shape)
     idle = settings.warm_idle_timeout_s if idle_timeout_s is None else idle_timeout_s
-    _group = WarmGroup(shape, settings, idle)
+    group = WarmGroup(shape, settings, idle)
+    hold_warm(group)
     print(
-        f"warm group {_group.name}: {shape}; it holds {_group.gpus} GPUs until `%raytrain warm stop`, "
+        f"warm group {group.name}: {shape}; it holds {group.gpus} GPUs until `%raytrain warm stop`, "
         f"{clock(idle)} idle, or this kernel's end"
     )
-    return _group
+    return group

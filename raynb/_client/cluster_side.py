@@ -5,14 +5,13 @@ with the kernel's Python and Ray differing from the image's) is one more impleme
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from .. import _session
 from .._remote.launcher import Launcher
 from .._remote.sink import MetricsSink
-from .._settings import Settings
 from ..errors import UsageError
+from . import handles
 from .run_channel import RunChannel
 from .spares import find_registry, registry, take_spare
 
@@ -29,13 +28,13 @@ __all__ = [
 T = TypeVar("T")
 
 
-def start_run(name: str, info: dict[str, Any], settings: Settings) -> RunChannel:
+def start_run(name: str, info: dict[str, Any], launcher_env: Mapping[str, str]) -> RunChannel:
     """Register a new run under ``name`` with the warm launcher and sink (``info``: what a later kernel reads of it).
-    Refused when another kernel took the name a moment ago."""
+    ``launcher_env``: the launcher's environment. Refused when another kernel took the name a moment ago."""
     import ray
 
     reg = registry()
-    launcher, sink = take_spare(settings)
+    launcher, sink = take_spare(launcher_env)
     taken = ray.get(reg.register.remote(name, info, launcher, sink))
     if taken is not None:
         for actor in (launcher, sink):
@@ -53,7 +52,7 @@ def find_run(name: str) -> tuple[dict[str, Any], RunChannel] | None:
     if found is None:
         return None
     info, launcher, sink = found
-    return info, RunChannel(name, reg, _session.typed(launcher, Launcher), _session.typed(sink, MetricsSink))
+    return info, RunChannel(name, reg, handles.typed(launcher, Launcher), handles.typed(sink, MetricsSink))
 
 
 def list_runs() -> list[dict[str, Any]]:

@@ -4,16 +4,15 @@ nobody claims exits by itself after ``SPARE_TTL_S``)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from .. import _session
 from .._remote.launcher import Launcher
 from .._remote.registry import RunRegistry
 from .._remote.sink import MetricsSink
-from .._settings import Settings
 from .._shared.seam import ACTIVE, NAMESPACE, REGISTRY_NAME, SPARE_TTL_S, on_head
-from .._shared.worker_env import launcher_env
 from ..errors import UsageError
+from . import handles
 
 __all__ = ["registry", "find_registry", "free_name", "sink_actor", "prewarm", "take_spare", "drop_spare"]
 
@@ -22,10 +21,10 @@ def find_registry() -> Any | None:
     """The cluster's registry if it exists (None before the first run)."""
     import ray
 
-    if _known is not None and _known[0] == _session.generation():
+    if _known is not None and _known[0] == handles.generation():
         return _known[1]
     try:
-        return _session.typed(ray.get_actor(REGISTRY_NAME, namespace=NAMESPACE), RunRegistry)
+        return handles.typed(ray.get_actor(REGISTRY_NAME, namespace=NAMESPACE), RunRegistry)
     except ValueError:
         return None
 
@@ -39,14 +38,14 @@ def registry() -> Any:
     import ray
 
     global _known
-    if _known is not None and _known[0] == _session.generation():
+    if _known is not None and _known[0] == handles.generation():
         return _known[1]
     cls = ray.remote(num_cpus=0, max_concurrency=1000)(RunRegistry)
     handle = cls.options(
         name=REGISTRY_NAME, namespace=NAMESPACE, lifetime="detached", get_if_exists=True, resources=on_head()
     ).remote()
-    handle = _session.typed(handle, RunRegistry)  # one that existed comes back without its methods (Ray Client)
-    _known = (_session.generation(), handle)
+    handle = handles.typed(handle, RunRegistry)  # one that existed comes back without its methods (Ray Client)
+    _known = (handles.generation(), handle)
     return handle
 
 
@@ -83,49 +82,47 @@ def sink_actor(ttl_s: float | None = None) -> Any:
 _spare: tuple[Any, Any, int, tuple[tuple[str, str], ...]] | None = None
 
 
-def _env_key(settings: Settings) -> tuple[tuple[str, str], ...]:
-    return tuple(sorted(launcher_env(settings.health_check_interval_s).items()))
+def _env_key(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(env.items()))
 
 
-def _new_pair(settings: Settings) -> tuple[Any, Any]:
+def _new_pair(env: Mapping[str, str]) -> tuple[Any, Any]:
     import ray
 
-    env = launcher_env(settings.health_check_interval_s)
     cls = ray.remote(num_cpus=0, max_concurrency=4)(Launcher)
-    launcher = cls.options(runtime_env={"env_vars": env}, lifetime="detached", namespace=NAMESPACE).remote()
+    launcher = cls.options(runtime_env={"env_vars": dict(env)}, lifetime="detached", namespace=NAMESPACE).remote()
     launcher.warm.remote()
     return launcher, sink_actor(ttl_s=SPARE_TTL_S)
 
 
-def prewarm(settings: Settings | None = None) -> None:
+def prewarm(env: Mapping[str, str]) -> None:
     """Start a launcher (with Ray Train imported) and a sink for the next run, in the background; and the cluster's
-    run registry, if this is its first run."""
+    run registry, if this is its first run. ``env``: the launcher's environment (``_shared.worker_env.launcher_env``)."""
     import ray
 
     global _spare
-    settings = settings or Settings()
-    if not ray.is_initialized() or (_spare is not None and _spare[2] == _session.generation()):
+    if not ray.is_initialized() or (_spare is not None and _spare[2] == handles.generation()):
         return
     registry()
-    launcher, sink = _new_pair(settings)
-    _spare = (launcher, sink, _session.generation(), _env_key(settings))
+    launcher, sink = _new_pair(env)
+    _spare = (launcher, sink, handles.generation(), _env_key(env))
 
 
-def take_spare(settings: Settings) -> tuple[Any, Any]:
-    """The warm launcher and sink if they belong to this connection and these settings, else new ones; claimed, so
-    neither exits as an unclaimed spare would."""
+def take_spare(env: Mapping[str, str]) -> tuple[Any, Any]:
+    """The warm launcher and sink if they belong to this connection and this environment, else new ones; claimed, so
+    neither exits as an unclaimed spare would. ``env``: the launcher's environment."""
     import ray
 
     global _spare
     spare, _spare = _spare, None
-    if spare is not None and spare[2] == _session.generation() and spare[3] == _env_key(settings):
+    if spare is not None and spare[2] == handles.generation() and spare[3] == _env_key(env):
         pair = spare[0], spare[1]
         try:
             ray.get([pair[0].claim.remote(), pair[1].claim.remote()], timeout=30)
             return pair
         except Exception:  # noqa: BLE001 - it expired (idle longer than SPARE_TTL_S) or died: start a new pair
             pass
-    pair = _new_pair(settings)
+    pair = _new_pair(env)
     ray.get([pair[0].claim.remote(), pair[1].claim.remote()], timeout=120)
     return pair
 

@@ -60,12 +60,12 @@ def test_second_up_reuses_the_running_head(cluster: raynb.Cluster) -> None:
 def test_a_handle_found_by_name_knows_its_methods_without_asking_the_cluster(cluster: raynb.Cluster) -> None:
     """Over Ray Client a handle from ``ray.get_actor`` (or handed back by an actor) asks the cluster for its methods
     by a task on its first call -- in a fresh connection a new worker process, seconds before ``down`` or ``attach``
-    can ask anything. raynb's handles know them from the class in the kernel (``_session.typed``)."""
+    can ask anything. raynb's handles know them from the class in the kernel (``_client.handles.typed``)."""
     import ray
 
+    from raynb._client.handles import typed
     from raynb._client.spares import find_registry, registry
     from raynb._remote.registry import RunRegistry
-    from raynb._session import typed
     from raynb._shared.seam import NAMESPACE, REGISTRY_NAME
 
     registry()
