@@ -30,7 +30,7 @@ import raynb
 from raynb._client.run_channel import RunChannel
 from raynb._client.spares import sink_actor
 from raynb._remote import report as metrics
-from raynb._stream import MetricStream
+from raynb._runs.stream import MetricStream
 
 #: A real worker's flush period (run_on_worker's default).
 FLUSH_S = 0.1

@@ -72,7 +72,7 @@ def matmul_tflops() -> float | None:
 
 def run_raynb(cfg: dict[str, Any], workers: int, env: dict[str, str]) -> dict[str, Any]:
     import raynb
-    from raynb._cell import compile_cell
+    from raynb._runs.cell import compile_cell
 
     helpers, body = notebook_cells()
     ns: dict[str, Any] = {"__name__": "__main__"}

@@ -38,15 +38,15 @@ from .errors import (
 
 if TYPE_CHECKING:
     from ._checks import Checklist
-    from ._cluster import Cluster, ClusterStatus, clusters, current, down, up
-    from ._doctor import doctor
-    from ._probe import ProbeResult, bench
-    from ._run import Run
-    from ._run_error import RunError
-    from ._runs import RunList, attach, remove_run, run_logs, runs, stop_run
+    from ._cluster.cluster import Cluster, ClusterStatus, clusters, current, down, up
+    from ._doctor.bench import ProbeResult, bench
+    from ._doctor.doctor import doctor
+    from ._runs.catalog import RunList, attach, remove_run, run_logs, runs, stop_run
+    from ._runs.run import Run
+    from ._runs.run_error import RunError
+    from ._runs.train import train
+    from ._runs.warm import WarmGroup, warm
     from ._settings import Settings
-    from ._train import train
-    from ._warm import WarmGroup, warm
 
 __version__ = "0.1.0"
 __all__ = [
@@ -101,28 +101,28 @@ __all__ = [
 ]
 
 _LAZY = {
-    "up": "_cluster",
-    "down": "_cluster",
-    "current": "_cluster",
-    "clusters": "_cluster",
-    "Cluster": "_cluster",
-    "ClusterStatus": "_cluster",
-    "train": "_train",
-    "Run": "_run",
-    "RunError": "_run_error",
-    "runs": "_runs",
-    "attach": "_runs",
-    "stop_run": "_runs",
-    "remove_run": "_runs",
-    "run_logs": "_runs",
-    "warm": "_warm",
-    "WarmGroup": "_warm",
-    "RunList": "_runs",
+    "up": "_cluster.cluster",
+    "down": "_cluster.cluster",
+    "current": "_cluster.cluster",
+    "clusters": "_cluster.cluster",
+    "Cluster": "_cluster.cluster",
+    "ClusterStatus": "_cluster.cluster",
+    "train": "_runs.train",
+    "Run": "_runs.run",
+    "RunError": "_runs.run_error",
+    "runs": "_runs.catalog",
+    "attach": "_runs.catalog",
+    "stop_run": "_runs.catalog",
+    "remove_run": "_runs.catalog",
+    "run_logs": "_runs.catalog",
+    "warm": "_runs.warm",
+    "WarmGroup": "_runs.warm",
+    "RunList": "_runs.catalog",
     "Settings": "_settings",
-    "doctor": "_doctor",
+    "doctor": "_doctor.doctor",
     "Checklist": "_checks",
-    "bench": "_probe",
-    "ProbeResult": "_probe",
+    "bench": "_doctor.bench",
+    "ProbeResult": "_doctor.bench",
 }
 
 

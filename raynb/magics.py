@@ -38,7 +38,7 @@ class RayNBMagics(Magics):
         self.options = RayNB(parent=shell)
 
     def _settings(self, flags: dict[str, Any]) -> Settings:
-        from ._cluster import resolve_settings
+        from ._cluster.cluster import resolve_settings
 
         return resolve_settings(flags, self.options.values())
 
@@ -50,7 +50,7 @@ class RayNBMagics(Magics):
         return _CLUSTER_COMMANDS[args.command or "status"](self, args)
 
     def _cluster_up(self, args: Namespace) -> Any:
-        from . import _cluster as C
+        from ._cluster import cluster as C
 
         kube = bool(
             args.k8s
@@ -100,7 +100,7 @@ class RayNBMagics(Magics):
         return C.up(local=True, settings=settings)
 
     def _cluster_down(self, args: Namespace) -> None:
-        from . import _cluster as C
+        from ._cluster import cluster as C
 
         where = self._settings({"kube_context": args.kube_context, "kube_namespace": args.kube_namespace})
         stopped = C.down(args.name, namespace=where.kube_namespace, context=where.kube_context, force=args.force)
@@ -108,7 +108,7 @@ class RayNBMagics(Magics):
             print("cluster stopped" if stopped else "no cluster was running")
 
     def _cluster_list(self, args: Namespace) -> None:
-        from . import _cluster as C
+        from ._cluster import cluster as C
 
         where = self._settings({"kube_context": args.kube_context, "kube_namespace": args.kube_namespace})
         try:
@@ -128,13 +128,13 @@ class RayNBMagics(Magics):
         print(_connected().logs(args.which, tail=args.tail))
 
     def _cluster_doctor(self, args: Namespace) -> Any:
-        from ._doctor import doctor
+        from ._doctor.doctor import doctor
 
         _connected()
         return doctor()
 
     def _cluster_bench(self, args: Namespace) -> Any:
-        from ._probe import bench
+        from ._doctor.bench import bench
 
         _connected()
         settings = self._settings(setting_flags(args))
@@ -165,8 +165,8 @@ class RayNBMagics(Magics):
         [--background] [--warm]; as a line: %raytrain ls | attach NAME [--out VAR] | stop NAME | rm NAME | logs NAME [--rank R] [--tail N] [--follow] | warm [stop]"""
         if cell is None:
             return self._runs(line)
-        from ._cell import compile_cell
-        from ._train import train
+        from ._runs.cell import compile_cell
+        from ._runs.train import train
 
         args, config_expr = parse_train_line(line)
         env = parse_assignments(args.env, "%%raytrain: --env")
@@ -204,7 +204,7 @@ class RayNBMagics(Magics):
         return None
 
     def _warm_cell(self, args: Any, cell: str, settings: Any) -> Any:
-        from ._warm import warm
+        from ._runs.warm import warm
 
         refused = [f for f in ("background", "name", "datasets", "config", "max_failures") if getattr(args, f)]
         if refused or args.env:
@@ -222,19 +222,19 @@ class RayNBMagics(Magics):
         return _RUNS_COMMANDS[args.cmd](self, args)
 
     def _runs_ls(self, args: Namespace) -> Any:
-        from ._runs import runs
+        from ._runs.catalog import runs
 
         return runs()
 
     def _runs_attach(self, args: Namespace) -> None:
-        from ._runs import attach
+        from ._runs.catalog import attach
 
         run = attach(args.name, wait=args.wait)
         if args.out:
             self.ip.user_ns[args.out] = run
 
     def _warm(self, args: Namespace) -> None:
-        from ._warm import current_warm
+        from ._runs.warm import current_warm
 
         group = current_warm()
         if group is None:
@@ -245,26 +245,26 @@ class RayNBMagics(Magics):
             print(repr(group))
 
     def _runs_logs(self, args: Namespace) -> None:
-        from ._runs import run_logs
+        from ._runs.catalog import run_logs
 
         text = run_logs(args.name, rank=args.rank, tail=args.tail, follow=args.follow)
         if text:
             print(text)
 
     def _runs_stop(self, args: Namespace) -> None:
-        from ._runs import stop_run
+        from ._runs.catalog import stop_run
 
         print(stop_run(args.name))
 
     def _runs_rm(self, args: Namespace) -> None:
-        from ._runs import remove_run
+        from ._runs.catalog import remove_run
 
         print(remove_run(args.name))
 
 
 def _connected() -> Any:
     """The cluster this kernel works with, or the error that says how to connect."""
-    from ._cluster import current_cluster
+    from ._cluster.cluster import current_cluster
 
     cur = current_cluster()
     if cur is None:

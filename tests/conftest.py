@@ -48,7 +48,7 @@ def session_head() -> Iterator[object]:
     token switches: those start their own, in a RAYNB_HOME of their own). The pytest process is its owner, so it
     stays up between tests; kernels started by tests inherit this RAYNB_HOME, and their `%raycluster up --local`
     reuses it. Stopped at the end of the session, with every process it started."""
-    from raynb import _embedded_head as local
+    from raynb._cluster import embedded_head as local
 
     head = local.start_head(progress=print)
     yield head

@@ -47,7 +47,7 @@ class Launcher:
 
     def fit(self, payload: bytes, config: dict[str, Any], spec: dict[str, Any], sink: Any) -> dict[str, Any]:
         """``spec["trainer_kwargs"]``: ScalingConfig, RunConfig (worker env inside) and the user's other Ray Train
-        objects, merged in the notebook (``_trainer_config.py``). The outcome goes to the run registry whether or
+        objects, merged in the notebook (``_runs/trainer_config.py``). The outcome goes to the run registry whether or
         not a kernel is listening."""
         import ray
 

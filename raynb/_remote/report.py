@@ -1,5 +1,5 @@
 """Live metrics, the workers' end: ``raynb.report()`` on workers -> a sink actor (``sink.py``) -> the notebook
-(``_stream.py``).
+(``_runs/stream.py``).
 
 Worker side, :func:`report` appends a record to an in-process queue (microseconds, never a Ray call, never a CUDA
 sync: tensors are converted later) and a flusher thread ships batches with fire-and-forget ``push.remote``. The sink

@@ -123,7 +123,7 @@ def _frames(tb: Any) -> list[dict[str, Any]]:
 
 
 def error_event(rank: int, e: BaseException) -> dict[str, Any]:
-    """What a rank tells the run when the cell raised: the exception and the cell's frames (raynb/_run_error.py
+    """What a rank tells the run when the cell raised: the exception and the cell's frames (raynb/_runs/run_error.py
     turns these into the run's one error)."""
     return {
         "kind": "worker_error",

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 import raynb
-from raynb import _embedded_head as local
+from raynb._cluster import embedded_head as local
 from tests.integration.fresh_python import script_result
 
 OTHER = "raynb-other"
@@ -150,7 +150,7 @@ def test_the_control_without_auth_lets_the_other_user_in(
 AFTER_TOKEN_SCRIPT = textwrap.dedent("""
     import json, os, sys
     import raynb
-    from raynb import _session
+    from raynb._cluster import session
     out = {}
     c = raynb.up(local=True)                      # the default: a token head; its token file lives in its state dir
     out["mode_on_token_head"] = os.environ.get("RAY_AUTH_MODE")
@@ -161,13 +161,13 @@ AFTER_TOKEN_SCRIPT = textwrap.dedent("""
     out["again_cpus"] = ray.cluster_resources().get("CPU")
     c.down()
     client_address, dashboard_url = sys.argv[1:3]          # a head without auth
-    _session.connect(client_address, timeout=180)          # no dashboard to ask
+    session.connect(client_address, timeout=180)          # no dashboard to ask
     out["cpus"] = ray.cluster_resources().get("CPU")
     # A kernel started with a token environment whose file is gone (what a kernel inherits from a shell that
     # once used a token head): the head's dashboard says 'disabled', so raynb turns token mode off.
     os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH="/nonexistent/auth_token")
-    _session._switch_auth_mode(token=True)
-    _session.connect(client_address, dashboard_url=dashboard_url, timeout=180)
+    session._switch_auth_mode(token=True)
+    session.connect(client_address, dashboard_url=dashboard_url, timeout=180)
     out["inherited_cpus"] = ray.cluster_resources().get("CPU")
     out["inherited_mode"] = os.environ.get("RAY_AUTH_MODE")
     ray.shutdown()

@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 
 import raynb
-from raynb import _embedded_head as local
+from raynb._cluster import embedded_head as local
 from raynb.errors import InsufficientResourcesError
 from tests.integration.fresh_python import script_result
 
 
 def test_every_head_socket_listens_on_loopback_only(cluster: raynb.Cluster) -> None:
     assert cluster.address.startswith("ray://127.0.0.1:")
-    from raynb._session import dashboard_get
+    from raynb._cluster.session import dashboard_get
 
     assert "ray_version" in (dashboard_get(cluster.dashboard_url, "/api/version") or {})  # with the head's token
     with pytest.raises(urllib.error.HTTPError) as e:  # without it: token authentication is on by default
@@ -108,7 +108,7 @@ def test_more_workers_than_cpus_fails_before_waiting(cluster: raynb.Cluster, ip)
 
 TOKEN_SCRIPT = textwrap.dedent("""
     import json, os, sys, time
-    from raynb import _session as session
+    from raynb._cluster import session
     from raynb.errors import ConnectError
     dash, client = sys.argv[1], sys.argv[2]
     if sys.argv[3] == "imported-first":

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import raynb
-from raynb._run import active_run
+from raynb._runs.run import active_run
 from raynb._settings import resolve
 from raynb.errors import CaptureError
 from tests.s3.server import s3_server, weed_binary
@@ -111,7 +111,7 @@ def test_a_run_from_before_the_head_started_is_said_to_be_gone_with_it(cluster: 
     says the run went with the old head and where its checkpoints are, not "no such run". The journal entry is the
     one a kernel writes when a run starts (`remember`), dated before this head started."""
     from raynb._client.cluster_side import head_started_at
-    from raynb._run_journal import remember
+    from raynb._runs.journal import remember
     from raynb.errors import UsageError
 
     head_since = head_started_at()

@@ -141,7 +141,7 @@ def _raynb_home(path: str) -> Iterator[None]:
 def head_behind_pods(stack: controlplane.Stack, tmp_path_factory: pytest.TempPathFactory):
     """A real local Ray head standing behind the RayCluster's head pod: kwok's ClusterPortForward sends the pod's
     10001/8265 to it, and its ClusterLogs serves (a CRI-format copy of) the head's log through pods/log."""
-    from raynb import _embedded_head as local
+    from raynb._cluster import embedded_head as local
 
     # a head of its own, in a state dir of its own, owned by this process until the k8s tests are done; in token mode
     # as raynb's RayClusters are (authOptions), its token in the Secret KubeRay keeps for the cluster NAME (made here

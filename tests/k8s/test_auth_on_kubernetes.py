@@ -16,7 +16,7 @@ import urllib.request
 from conftest import HERE_PY, VALUES
 
 import raynb
-from raynb import _kube_api as kube
+from raynb._cluster import kube_api as kube
 
 NS = "ray-train"
 

@@ -7,7 +7,7 @@ import pytest
 from conftest import HERE_PY, NAME, VALUES, apply, controlplane
 
 import raynb
-from raynb import _kube_api as kube
+from raynb._cluster import kube_api as kube
 from raynb.errors import ConnectError
 from raynb.manifest import ManifestError
 

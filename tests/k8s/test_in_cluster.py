@@ -11,7 +11,7 @@ import yaml
 from conftest import HERE_PY, ROOT, VALUES, apply, delete
 
 import raynb
-from raynb import _kube_api as kube
+from raynb._cluster import kube_api as kube
 
 
 def test_in_cluster_service_account(clean, tmp_path: Path, monkeypatch) -> None:

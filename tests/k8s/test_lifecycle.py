@@ -10,8 +10,8 @@ import pytest
 from conftest import HERE_PY, NAME, VALUES
 
 import raynb
-from raynb import _kube_api as kube
 from raynb import manifest
+from raynb._cluster import kube_api as kube
 from raynb.errors import ClusterStartError
 
 REF = kube.RayClusterRef(NAME, "ray-train")

@@ -16,8 +16,8 @@ import pytest
 from conftest import HERE_PY, NAME, VALUES, apply, controlplane, delete
 
 import raynb
-from raynb import _kube_api as kube
-from raynb._cluster_status import ClusterStatus
+from raynb._cluster import kube_api as kube
+from raynb._cluster.status import ClusterStatus
 from raynb.display.cluster_view import cost_text
 from raynb.errors import ClusterStartError
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import nbformat
 from conftest import HERE_PY, NAME, ROOT, apply, delete
 
-from raynb import _kube_api as kube
+from raynb._cluster import kube_api as kube
 from raynb.notebook import execute
 from tests.notebook.qwen_checks import check_warm_section
 

@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 from conftest import HERE_PY, NAME, VALUES, sets
 
-from raynb import _kube_api as kube
+from raynb._cluster import kube_api as kube
 from tests.notebook.kernels import errors, kernel, run, text
 
 GRACE_S = float(os.environ.get("RAYNB_CLIENT_RECONNECT_GRACE_S", "30"))

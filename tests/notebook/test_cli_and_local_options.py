@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 import yaml
 
-from raynb import _embedded_head as local
+from raynb._cluster import embedded_head as local
 from tests.notebook.kernels import errors, kernel, run, text
 
 ROOT = Path(__file__).resolve().parents[2]

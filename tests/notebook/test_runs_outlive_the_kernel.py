@@ -71,8 +71,8 @@ def test_a_run_outlives_a_killed_kernel_and_is_attached_from_a_new_one(
         listing = text(run(kc, "%raytrain ls", timeout=60))  # nothing is running in the background here
         row = [ln for ln in listing.splitlines() if ln.startswith("outlive ")]
         assert row and " running " in row[0] and "2" in row[0], listing
-        run(kc, "import os\nfrom raynb import _embedded_head")
-        leases = _value(kc, "os.listdir(_embedded_head.leases_dir())")
+        run(kc, "import os\nfrom raynb._cluster import embedded_head")
+        leases = _value(kc, "os.listdir(embedded_head.leases_dir())")
         assert leases == "['outlive']", leases  # the run took a lease on the head
         # what rank 1 prints, as it prints it: the lines so far at once, then live ones; after 4 s of live lines the
         # test tells the run at which step to end (a few steps ahead of both ranks), and the follow ends with it
@@ -118,7 +118,7 @@ def test_a_run_outlives_a_killed_kernel_and_is_attached_from_a_new_one(
         gone = run(kc, "%raytrain rm outlive\n%raytrain ls", timeout=60)
         assert "removed run outlive" in text(gone) and "no runs on this cluster" in text(gone), text(gone)
     # the last kernel is gone and the run's lease has ended: the head stops by itself
-    from raynb import _embedded_head as local
+    from raynb._cluster import embedded_head as local
 
     monkeypatch.setenv("RAYNB_HOME", env["RAYNB_HOME"])
     d = local.state_dir()

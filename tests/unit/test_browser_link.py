@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from raynb._browser_link import dashboard_link
+from raynb._cluster.browser_link import dashboard_link
 
 URL = "http://127.0.0.1:38265"
 

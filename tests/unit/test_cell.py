@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from ray import cloudpickle
 
-from raynb._cell import compile_cell, modules_beside, serialize
+from raynb._runs.cell import compile_cell, modules_beside, serialize
 from raynb.errors import CaptureError, CellSyntaxError
 
 
@@ -127,7 +127,7 @@ def test_packages_pip_installed_under_the_notebooks_folder_are_not_shipped(tmp_p
 
 
 def test_the_biggest_globals_a_cell_takes_along_are_named_biggest_first() -> None:
-    from raynb._cell import large_payload_note, largest_globals
+    from raynb._runs.cell import large_payload_note, largest_globals
 
     ns = {"__name__": "__main__", "table": b"x" * 3_000_000, "labels": list(range(1000)), "np": types}
     fn = compile_cell("n = len(table) + len(labels)\nnp.SimpleNamespace()", ns)

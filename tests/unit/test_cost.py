@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from raynb._cluster_status import ClusterStatus
-from raynb._kube_state import KubeStatus, RayClusterRef
+from raynb._cluster.kube_state import KubeStatus, RayClusterRef
+from raynb._cluster.status import ClusterStatus
 from raynb._shared.cost import hourly_cost, usd
 from raynb.display import render_bundle
 from raynb.display.cluster_view import cost_text

@@ -128,7 +128,7 @@ def test_text_mode_writes_one_line() -> None:
 
 
 def test_run_error_carries_the_nccl_reason() -> None:
-    from raynb._run_error import RunError
+    from raynb._runs.run_error import RunError
 
     err = RunError(
         [0, 1],

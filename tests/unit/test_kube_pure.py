@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from raynb import manifest
-from raynb._doctor_kube import evaluate
-from raynb._kube_state import readiness, spec_differences
-from raynb._pod_diagnosis import diagnose_pods, is_hopeless
+from raynb._cluster.kube_doctor import evaluate
+from raynb._cluster.kube_state import readiness, spec_differences
+from raynb._cluster.pod_diagnosis import diagnose_pods, is_hopeless
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "k8s"
 
@@ -251,7 +251,7 @@ def _ev(reason: str, message: str, at: str, kind: str = "Normal") -> dict:
 def test_a_node_karpenter_is_launching_is_progress_not_a_selector_problem() -> None:
     from datetime import datetime, timezone
 
-    from raynb._pod_diagnosis import diagnose_pod, progress_of
+    from raynb._cluster.pod_diagnosis import diagnose_pod, progress_of
 
     events = [
         _ev("FailedScheduling", UNSCHEDULABLE, "00:00", "Warning"),
@@ -267,7 +267,7 @@ def test_a_node_karpenter_is_launching_is_progress_not_a_selector_problem() -> N
 
 
 def test_the_cluster_autoscaler_adding_a_node_and_refusing_to() -> None:
-    from raynb._pod_diagnosis import diagnose_pod, progress_of
+    from raynb._cluster.pod_diagnosis import diagnose_pod, progress_of
 
     up = _ev("TriggeredScaleUp", "pod triggered scale-up: [{eks-gpu-2a-5ec9 0->2 (max: 4)}]", "00:05")
     p = progress_of(_pending(), [up])
@@ -283,7 +283,7 @@ def test_the_cluster_autoscaler_adding_a_node_and_refusing_to() -> None:
 
 
 def test_an_image_pull_in_progress_and_done() -> None:
-    from raynb._pod_diagnosis import progress_of
+    from raynb._cluster.pod_diagnosis import progress_of
 
     pulling = _ev("Pulling", f'Pulling image "{DLC}"', "00:10")
     p = progress_of(_pending("gpu-0", "ContainerCreating"), [pulling])
@@ -297,7 +297,7 @@ def test_an_image_pull_in_progress_and_done() -> None:
 
 
 def test_the_taint_hint_names_the_value_to_set() -> None:
-    from raynb._pod_diagnosis import diagnose_pod
+    from raynb._cluster.pod_diagnosis import diagnose_pod
 
     pod = _pending()
     msg = "0/2 nodes are available: 2 node(s) had untolerated taint {nvidia.com/gpu: }. preemption: not helpful."

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from raynb import _kube_api as kube
+from raynb._cluster import kube_api as kube
 
 
 def _kubeconfig(path: Path, name: str, user: dict) -> str:

@@ -3,7 +3,7 @@ a failing 2-worker run on the embedded cluster)."""
 
 from __future__ import annotations
 
-from raynb._log_filter import LineFilter
+from raynb._cluster.log_filter import LineFilter
 
 W, C = "\x1b[36m(RayTrainWorker pid=2033)\x1b[0m ", "\x1b[36m(TrainController pid=1827)\x1b[0m "
 FAILING_RUN = [
@@ -61,7 +61,7 @@ def test_rays_own_logger_in_the_notebook_drops_the_same_noise() -> None:
     "worker.py:1673 -- SIGTERM handler is not set ..."); the same patterns drop it there, other records pass."""
     import logging
 
-    from raynb._log_filter import NoiseRecords
+    from raynb._cluster.log_filter import NoiseRecords
 
     f = NoiseRecords()
 

@@ -106,7 +106,7 @@ def test_up_with_values_goes_to_kubernetes_and_says_what_is_missing(ip, tmp_path
     matches this 3.11 kernel and that error would hide what the user can fix right away."""
     import sys
 
-    from raynb._kube_api import KubeError
+    from raynb._cluster.kube_api import KubeError
 
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
     monkeypatch.setenv("HOME", str(tmp_path))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from raynb._probe import parse_sizes
+from raynb._doctor.bench import parse_sizes
 from raynb._shared.worker_env import STRICT_EFA_NET, expand_debug_file, nccl_worker_env
 from raynb.display.nccl_badges import badge_label, badges_html
 from raynb.nccl import parse

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 
-from raynb._run import Run
+from raynb._runs.run import Run
 
 
 def _run() -> Run:

@@ -1,14 +1,14 @@
 """A failing rank's error as the notebook shows it, from a real exception raised in a compiled cell (the path a
-worker takes: raynb/_remote/worker.py records the frames, raynb/_run_error.py assembles one error for the run)."""
+worker takes: raynb/_remote/worker.py records the frames, raynb/_runs/run_error.py assembles one error for the run)."""
 
 from __future__ import annotations
 
 import pytest
 
-from raynb._cell import compile_cell
 from raynb._magic_args import parse_train_line
 from raynb._remote.worker import error_event
-from raynb._run_error import assemble_error
+from raynb._runs.cell import compile_cell
+from raynb._runs.run_error import assemble_error
 from raynb.errors import UndefinedNameError
 
 LINE = "%%raytrain --workers 2\n"  # the magic hands the whole cell, its first line included

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from raynb import _run_journal as journal
+from raynb._runs import journal
 
 
 def test_the_newest_entry_wins_and_the_file_stays_small(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from raynb._run import Run
+from raynb._runs.run import Run
 
 
 def _run(records: list[dict]) -> Run:

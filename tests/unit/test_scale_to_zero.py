@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from raynb._cluster_status import ClusterStatus
-from raynb._kube_state import KubeStatus, PodRow, RayClusterRef
-from raynb._resource_check import check_resources
+from raynb._cluster.kube_state import KubeStatus, PodRow, RayClusterRef
+from raynb._cluster.status import ClusterStatus
+from raynb._runs.resources import check_resources
 from raynb._shared.cost import hourly_cost
 from raynb.display.cluster_view import cost_text
 from raynb.errors import InsufficientResourcesError
@@ -83,8 +83,8 @@ def test_the_cost_of_an_autoscaled_cluster_is_what_runs_now_and_at_most_the_full
 
 
 def test_a_cluster_its_autoscaler_grew_is_the_same_cluster_to_up() -> None:
-    from raynb._kube_state import spec_differences
-    from raynb._kubernetes import _compared
+    from raynb._cluster.kube_state import spec_differences
+    from raynb._cluster.kubernetes import _compared
 
     vals = resolve_values(overrides={"GPU_MIN_NODES": "0"})
     wanted = render(overrides={"GPU_MIN_NODES": "0"})["spec"]

@@ -15,10 +15,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from raynb import _session
+from raynb._cluster import session
 from raynb._remote.report import Reporter
 from raynb._remote.sink import MetricsSink
-from raynb._resource_check import check_resources
+from raynb._runs.resources import check_resources
 from raynb.errors import ConnectError, InsufficientResourcesError
 
 
@@ -46,11 +46,11 @@ def dashboard() -> Iterator[dict]:
 
 
 def test_dashboard_get_reads_json_and_says_none_otherwise(dashboard: dict) -> None:
-    assert _session.dashboard_get(dashboard["url"], "/api/version") == {"ray_version": "2.58.0"}
-    assert _session.dashboard_get(dashboard["url"], "/missing") is None
+    assert session.dashboard_get(dashboard["url"], "/api/version") == {"ray_version": "2.58.0"}
+    assert session.dashboard_get(dashboard["url"], "/missing") is None
     dashboard["/api/version"] = b"<html>not json</html>"
-    assert _session.dashboard_get(dashboard["url"], "/api/version") is None
-    assert _session.dashboard_get(None, "/api/version") is None
+    assert session.dashboard_get(dashboard["url"], "/api/version") is None
+    assert session.dashboard_get(None, "/api/version") is None
 
 
 def test_token_head_without_a_token_is_refused_before_connecting(dashboard: dict, monkeypatch, tmp_path) -> None:
@@ -58,7 +58,7 @@ def test_token_head_without_a_token_is_refused_before_connecting(dashboard: dict
     monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "none"))
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     with pytest.raises(ConnectError, match="has no Ray token") as e:
-        _session.auth_preflight(dashboard["url"])
+        session.auth_preflight(dashboard["url"])
     assert "~/.ray/auth_token" in (e.value.fix or "")
 
 
@@ -67,8 +67,8 @@ def test_token_head_switches_a_fresh_kernel_to_token_mode(dashboard: dict, tmp_p
     token = tmp_path / "token"
     token.write_text("secret")
     code = (
-        "import os, sys; from raynb import _session; "
-        f"print(_session.auth_preflight({dashboard['url']!r}), os.environ.get('RAY_AUTH_MODE'), "
+        "import os, sys; from raynb._cluster import session; "
+        f"print(session.auth_preflight({dashboard['url']!r}), os.environ.get('RAY_AUTH_MODE'), "
         "'ray._raylet' in sys.modules)"
     )
     env = {"PATH": "/usr/bin:/bin", "RAY_AUTH_TOKEN_PATH": str(token), "HOME": str(tmp_path)}
@@ -79,17 +79,17 @@ def test_token_head_switches_a_fresh_kernel_to_token_mode(dashboard: dict, tmp_p
 def test_disabled_head_changes_nothing(dashboard: dict, monkeypatch) -> None:
     dashboard["/api/authentication_mode"] = {"authentication_mode": "disabled"}
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
-    assert _session.auth_preflight(dashboard["url"]) == "disabled"
-    assert _session.auth_preflight(None) is None  # no dashboard: nothing to ask
+    assert session.auth_preflight(dashboard["url"]) == "disabled"
+    assert session.auth_preflight(None) is None  # no dashboard: nothing to ask
 
 
 def test_version_mismatch_names_what_to_install() -> None:
     import ray
 
     here = ".".join(map(str, sys.version_info[:2]))
-    _session.check_versions(ray.__version__, here)  # the same: no error
+    session.check_versions(ray.__version__, here)  # the same: no error
     with pytest.raises(ConnectError) as e:
-        _session.check_versions("9.9.9", "3.99", where="the image X")
+        session.check_versions("9.9.9", "3.99", where="the image X")
     assert "Ray 9.9.9" not in e.value.what and "Ray " + ray.__version__ + " here vs 9.9.9 on the image X" in e.value.saw
     assert "Python 3.99" in (e.value.fix or "") and "ray[client,train,default]==9.9.9" in (e.value.fix or "")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from raynb import manifest
-from raynb._storage import check_reachable_by_every_node, is_node_local
+from raynb._runs.storage import check_reachable_by_every_node, is_node_local
 from raynb.errors import UsageError
 
 
@@ -45,7 +45,7 @@ def test_shared_storage_values_reach_every_pod_and_come_back_from_the_cluster() 
 
 
 def test_a_runs_folder_keeps_an_s3_uris_options_at_the_end() -> None:
-    from raynb._storage import run_dir
+    from raynb._runs.storage import run_dir
 
     assert run_dir("/mnt/shared/ray/", "qwen") == "/mnt/shared/ray/qwen"
     uri = "s3://b/runs?endpoint_override=127.0.0.1:8333&scheme=http"
@@ -53,7 +53,7 @@ def test_a_runs_folder_keeps_an_s3_uris_options_at_the_end() -> None:
 
 
 def test_the_doctors_storage_check_without_shared_storage_needs_no_round_trip() -> None:
-    from raynb._storage_probe import storage_check
+    from raynb._doctor.storage import storage_check
 
     one = storage_check(None, 1, ())
     assert one.state == "ok" and "one node" in one.detail
@@ -63,7 +63,7 @@ def test_the_doctors_storage_check_without_shared_storage_needs_no_round_trip() 
 
 
 def test_a_refused_s3_write_names_the_service_account_and_the_permissions() -> None:
-    from raynb._storage_probe import storage_fix
+    from raynb._doctor.storage import storage_fix
 
     fix = storage_fix("OSError on ip-10-0-1-5: AWS Error ACCESS_DENIED ... AccessDenied", "s3://my-bucket/ray?x=1")
     assert "SERVICE_ACCOUNT" in fix and "s3:PutObject" in fix and "on my-bucket" in fix

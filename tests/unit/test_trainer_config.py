@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
 
-from raynb._trainer_config import shape_of, trainer_kwargs
+from raynb._runs.trainer_config import shape_of, trainer_kwargs
 from raynb.errors import UsageError
 
 BASE = {"name": "r", "workers": 2, "gpu": False, "cpus_per_worker": 1.0, "worker_env": {"A": "1"}, "storage_path": None}
@@ -38,7 +38,7 @@ def test_a_shape_given_twice_is_refused_naming_both() -> None:
 
 def test_train_logs_at_warning_unless_the_user_chose_a_level() -> None:
     """RunConfig fills in LoggingConfig() (INFO) by itself, so "not given" is that default as much as None: Train's
-    INFO narration would otherwise reach the cell (raynb/_log_filter.py no longer chases its strings)."""
+    INFO narration would otherwise reach the cell (raynb/_cluster/log_filter.py no longer chases its strings)."""
     assert RunConfig().logging_config == LoggingConfig()  # Ray's default, never None
     assert trainer_kwargs(**BASE)["run_config"].logging_config.log_level == "WARNING"
     assert trainer_kwargs(**BASE, run_config=RunConfig())["run_config"].logging_config.log_level == "WARNING"

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from raynb import _current as cluster
-from raynb._cluster import Cluster
-from raynb._kube_state import RayClusterRef
-from raynb._kubernetes import KubernetesBackend
+from raynb._cluster.cluster import Cluster
+from raynb._cluster.kube_state import RayClusterRef
+from raynb._cluster.kubernetes import KubernetesBackend
 
 
 @pytest.fixture

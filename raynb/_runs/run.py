@@ -3,7 +3,7 @@
 The run's ``fit()`` happens in a detached launcher actor (``_remote/launcher.py``) listed in the cluster's run registry
 (``_remote/registry.py``): the run belongs to the cluster, and this object follows it -- from the kernel that started
 it, or from any kernel that attaches later. The kernel only waits -- on an event, so an interrupt lands at once --
-and stopping kills the launcher. Starting runs is ``_train.py``'s job; finding them again is ``_runs.py``'s.
+and stopping kills the launcher. Starting runs is ``_runs/train.py``'s job; finding them again is ``_runs/catalog.py``'s.
 """
 
 from __future__ import annotations
@@ -18,16 +18,16 @@ import time
 from collections.abc import Callable, Generator
 from typing import Any, Literal
 
-from ._client import cluster_side as side
-from ._client.run_channel import RunChannel
-from ._client.spares import prewarm
-from ._run_error import RunError, assemble_error, nccl_hint
-from ._run_journal import remember
-from ._settings import Settings
-from ._shared.run_spec import RunSpec
-from ._shared.worker_env import launcher_env
-from ._stream import MetricStream
-from .errors import ConnectError, RunAborted, TrainingFailedError, UsageError
+from .._client import cluster_side as side
+from .._client.run_channel import RunChannel
+from .._client.spares import prewarm
+from .._settings import Settings
+from .._shared.run_spec import RunSpec
+from .._shared.worker_env import launcher_env
+from ..errors import ConnectError, RunAborted, TrainingFailedError, UsageError
+from .journal import remember
+from .run_error import RunError, assemble_error, nccl_hint
+from .stream import MetricStream
 
 __all__ = ["Run", "RunSpec", "RunStatus", "active_run", "set_active", "TERMINAL"]
 
@@ -73,7 +73,7 @@ class Run:
         self._keep_records = True
         #: a thread of this kernel follows the run while cells go on (a background run, or one the user detached)
         self._in_background = False
-        #: starts the same function again with changes (set by whoever started this run: ``_train.py``)
+        #: starts the same function again with changes (set by whoever started this run: ``_runs/train.py``)
         self._rerun: Callable[..., Run] | None = None
         self._on_end: list[Callable[[], None]] = []
 
@@ -133,7 +133,7 @@ class Run:
         """Steady-state throughput of a reported count (``tokens``, ``samples``): the sum over ranks per second of
         wall time, after the first ``skip_steps`` steps (default: a tenth of the run) — compile, warm-up and
         start-up excluded, unlike ``total / elapsed``."""
-        from ._shared.series import steady_rate
+        from .._shared.series import steady_rate
 
         return steady_rate(self.records, key, skip_steps)
 
@@ -203,7 +203,7 @@ class Run:
         return f"<raynb.Run {self.name!r} {self.status} step={self.step} workers={self.spec.workers}>"
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
-        from .display import render_bundle
+        from ..display import render_bundle
 
         return render_bundle(self)
 
@@ -223,7 +223,7 @@ class Run:
 
     def figure(self) -> Any:
         """An interactive plotly figure of loss and throughput (for exploring after the run)."""
-        from .display.plotly_figure import run_figure
+        from ..display.plotly_figure import run_figure
 
         return run_figure(self)
 

@@ -1,7 +1,7 @@
 """The embedded Ray head: started by raynb as its own process tree, reused, and never left behind.
 
 One head per machine user lives in ``$RAYNB_HOME/local`` (default ``~/.raynb/local``). A small supervisor process
-(``python -m raynb._embedded_head supervise``) leads a new session, starts ``ray start --head --block`` under it, and watches
+(``python -m raynb._cluster.embedded_head supervise``) leads a new session, starts ``ray start --head --block`` under it, and watches
 the kernels that use the head (``owners/<pid>`` files). When the last owner is gone -- closed, crashed or killed --
 or ``down`` removes ``head.json``, the supervisor ends the whole process group. Nothing here talks to Ray's Python
 API; the kernel connects through Ray Client like it would to a remote cluster.
@@ -27,9 +27,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ._settings import raynb_home
-from ._shared.host import leases_active
-from .errors import ClusterStartError
+from .._settings import raynb_home
+from .._shared.host import leases_active
+from ..errors import ClusterStartError
 
 __all__ = ["LocalHead", "find_head", "start_head", "stop_head", "state_dir"]
 
@@ -295,7 +295,7 @@ def start_head(
         log = open(d / "head.log", "wb")  # noqa: SIM115 - handed to the child
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         proc = subprocess.Popen(
-            [sys.executable, "-m", "raynb._embedded_head", "supervise", str(d)],
+            [sys.executable, "-m", "raynb._cluster.embedded_head", "supervise", str(d)],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -334,7 +334,7 @@ def start_head(
 def _dashboard_ready(head: LocalHead) -> bool:
     if not head.dashboard:
         return True
-    from ._session import dashboard_get
+    from .session import dashboard_get
 
     token = Path(head.token_path).read_text().strip() if head.token_path else None
     return dashboard_get(head.dashboard_url, "/api/version", timeout=1, token=token) is not None
@@ -491,7 +491,7 @@ def _group_members() -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m raynb._embedded_head", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m raynb._cluster.embedded_head", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     sup = sub.add_parser("supervise", help="(internal) run the head and stop it when its owners are gone")
     sup.add_argument("dir", type=Path)

@@ -19,11 +19,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ._identity import local_identity
-from ._kube_state import KubeStatus, RayClusterRef, conditions, kube_time, node_row, pod_row, readiness
-from ._pod_diagnosis import Diagnosis, Progress, diagnose_pods, is_hopeless, progress_of
-from .errors import ClusterStartError, KubeError
-from .manifest import head_image
+from .._identity import local_identity
+from ..errors import ClusterStartError, KubeError
+from ..manifest import head_image
+from .kube_state import KubeStatus, RayClusterRef, conditions, kube_time, node_row, pod_row, readiness
+from .pod_diagnosis import Diagnosis, Progress, diagnose_pods, is_hopeless, progress_of
 
 __all__ = [
     "Target",

@@ -16,15 +16,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ._client import handles
-from ._log_filter import LineFilter
-from .errors import ConnectError
+from .._client import handles
+from ..errors import ConnectError
+from .log_filter import LineFilter
 
 __all__ = ["connect", "disconnect", "is_connected", "check_versions", "auth_preflight", "dashboard_get"]
 
 
 def _filter_known_noise() -> None:
-    """Filter the cluster's log stream before it reaches the cell (``_log_filter.py`` decides), from the first line on
+    """Filter the cluster's log stream before it reaches the cell (``_cluster/log_filter.py`` decides), from the first line on
     (the client server's own start-up lines arrive while ``ray.init`` runs), and end a terminal's progress line first.
 
     Ray's ``LogstreamClient.stdstream`` (worker output) and ``log`` (Ray's own log records) are documented as the
@@ -38,8 +38,8 @@ def _filter_known_noise() -> None:
         return
     import logging
 
-    from ._log_filter import NoiseRecords
-    from .display import end_progress_line
+    from ..display import end_progress_line
+    from .log_filter import NoiseRecords
 
     logging.getLogger("ray._private.worker").addFilter(NoiseRecords())
 

@@ -2,8 +2,8 @@
 
 On the embedded cluster it checks what applies there: notebook vs cluster Ray/Python, the dashboard, GPUs the
 machine has vs GPUs the cluster offers, /dev/shm, the runs' storage (a file written on a worker node and read on the
-head, and back: ``_storage_probe.py``), and NVLink multicast kept off for workers. On Kubernetes it adds the
-EFA checklist (``_doctor_kube.py``): EFA requested, nodes advertising GPUs and EFA, device plugins ready, one availability
+head, and back: ``_doctor/storage.py``), and NVLink multicast kept off for workers. On Kubernetes it adds the
+EFA checklist (``_cluster/kube_doctor.py``): EFA requested, nodes advertising GPUs and EFA, device plugins ready, one availability
 zone, the NCCL/EFA variables, /dev/shm, and the image's versions.
 """
 
@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import sys
 
-from ._checks import Check, Checklist
-from ._client.cluster_side import run_task
-from ._cluster import Cluster, current_cluster
-from ._current import resolve_settings
-from ._remote.tasks import node_facts
-from ._session import dashboard_get
-from ._shared.worker_env import WORKER_ENV_DEFAULTS
-from ._storage_probe import storage_check
-from .errors import not_connected
+from .._checks import Check, Checklist
+from .._client.cluster_side import run_task
+from .._cluster.cluster import Cluster, current_cluster
+from .._cluster.session import dashboard_get
+from .._current import resolve_settings
+from .._remote.tasks import node_facts
+from .._shared.worker_env import WORKER_ENV_DEFAULTS
+from ..errors import not_connected
+from .storage import storage_check
 
 __all__ = ["doctor"]
 

@@ -11,10 +11,10 @@ import html
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._remote.tasks import sweep
-from ._settings import Settings
-from ._shared.worker_env import TCP_ENV
-from .errors import UsageError
+from .._remote.tasks import sweep
+from .._settings import Settings
+from .._shared.worker_env import TCP_ENV
+from ..errors import UsageError
 
 __all__ = ["ProbeResult", "bench", "parse_sizes", "GPU_SIZES", "CPU_SIZES"]
 
@@ -55,7 +55,7 @@ class ProbeResult:
         }
 
     def _label(self, t: dict[str, Any]) -> str:
-        from .display.nccl_badges import badge_label
+        from ..display.nccl_badges import badge_label
 
         return f"{badge_label(t)} [{t.get('severity', '?')}]" if t else ("gloo (no NCCL)" if not self.gpu else "?")
 
@@ -93,7 +93,7 @@ class ProbeResult:
         """busbw against message size (log2 MiB on x), default transport and, when measured, sockets forced."""
         import math
 
-        from .display.svg import line_chart
+        from ..display.svg import line_chart
 
         def pts(rows: list[dict[str, float]]) -> list[tuple[float, float]]:
             return [(math.log2(r["size_bytes"] / MiB), r["busbw_gbps"]) for r in rows if r["size_bytes"] > 0]
@@ -114,7 +114,7 @@ def _one(
     display: bool | str | None,
     fake_hosts: int = 0,
 ) -> tuple[list[dict[str, float]], dict[str, Any]]:
-    from ._train import train
+    from .._runs.train import train
 
     run = train(
         sweep,
@@ -160,7 +160,7 @@ def bench(
         sizes = parse_sizes(sizes)
     import ray
 
-    from ._current import resolve_settings
+    from .._current import resolve_settings
 
     settings = settings or resolve_settings({"workers": workers, "gpu": gpu})
     if gpu is None and settings.gpu is False and ray.is_initialized() and ray.cluster_resources().get("GPU", 0) >= 2:

@@ -9,10 +9,10 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from ._checks import Check
-from ._client.cluster_side import run_task
-from ._remote.tasks import read_file, write_file
-from ._storage import SHARED_STORAGE_FIX, is_node_local
+from .._checks import Check
+from .._client.cluster_side import run_task
+from .._remote.tasks import read_file, write_file
+from .._runs.storage import SHARED_STORAGE_FIX, is_node_local
 
 __all__ = ["storage_check", "storage_fix"]
 

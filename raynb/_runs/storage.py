@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import PurePosixPath
 
-from .errors import UsageError
+from ..errors import UsageError
 
 __all__ = ["is_node_local", "check_reachable_by_every_node", "run_dir"]
 

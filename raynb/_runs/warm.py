@@ -15,12 +15,12 @@ import threading
 import time
 from typing import Any
 
-from ._client.warm_channel import WarmChannel
-from ._current import hold_warm, resolve_settings, warm_group
-from ._run import Run
-from ._settings import Settings
-from .display.run_view import clock
-from .errors import RaynbError, UsageError, WarmCellError, WarmGroupLost, not_connected
+from .._client.warm_channel import WarmChannel
+from .._current import hold_warm, resolve_settings, warm_group
+from .._settings import Settings
+from ..display.run_view import clock
+from ..errors import RaynbError, UsageError, WarmCellError, WarmGroupLost, not_connected
+from .run import Run
 
 __all__ = ["WarmGroup", "warm", "current_warm"]
 
@@ -49,14 +49,14 @@ class WarmGroup:
     """A live worker group: ``run(fn, config)``, ``run_cell(source)``, ``pull(name, rank)``, ``stop()``."""
 
     def __init__(self, shape: Shape, settings: Settings, idle_s: float) -> None:
-        from . import _train
-        from ._cell import serialize
-        from ._remote.warm_worker import warm_loop
+        from .._remote.warm_worker import warm_loop
+        from . import train
+        from .cell import serialize
 
         self.shape, self.settings, self.idle_s = shape, settings, idle_s
         self.started = time.time()
         self.mailbox = WarmChannel(shape.workers, idle_s)
-        self.run_obj: Run = _train._start_payload(
+        self.run_obj: Run = train._start_payload(
             serialize(warm_loop),
             settings,
             config={"mailbox": self.mailbox.token},
@@ -66,7 +66,7 @@ class WarmGroup:
             cell_source=None,
             cwd=os.getcwd(),
         )
-        _train.follow(self.run_obj, False, settings.refresh_hz, wait=False)  # notes the end, whoever ends it
+        train.follow(self.run_obj, False, settings.refresh_hz, wait=False)  # notes the end, whoever ends it
         self.cells = 0
         self.memory: dict[int, dict[str, float]] = {}  # rank -> {"ram": MB, "gpu": MB}, as of its last cell
 
@@ -135,7 +135,7 @@ class WarmGroup:
             )
         view = None
         if display is not False:
-            from .display import LiveView
+            from ..display import LiveView
 
             view = LiveView(self.run_obj, mode=display if isinstance(display, str) else None).start()
         cell_id = self.mailbox.post(cell)
@@ -243,8 +243,8 @@ def _check_travels(values: dict[str, Any]) -> None:
     """Name each notebook global the cell reads that cannot be sent to the workers (as a %%raytrain cell does)."""
     from ray import cloudpickle
 
-    from ._cell import untravelable
-    from .errors import CaptureError
+    from ..errors import CaptureError
+    from .cell import untravelable
 
     try:
         cloudpickle.dumps(values)
@@ -268,7 +268,7 @@ def _read_names(source: str) -> set[str]:
 
 
 def _cell_error(failed: list[tuple[int, dict[str, Any]]], cell: dict[str, Any], source: str | None) -> RaynbError:
-    from ._run_error import format_frames
+    from .run_error import format_frames
 
     rank, first = failed[0]
     if cell["kind"] == "pull":
@@ -291,8 +291,8 @@ def _check_free(shape: Shape) -> None:
     say), naming them and who started them, instead of waiting for resources that may never come."""
     import ray
 
-    from ._runs import runs
-    from .errors import InsufficientResourcesError
+    from ..errors import InsufficientResourcesError
+    from .catalog import runs
 
     free = ray.available_resources()
     key, need = ("GPU", shape.workers) if shape.gpu else ("CPU", shape.workers * shape.cpus_per_worker)
@@ -339,7 +339,7 @@ def warm(
                 "cell starts the new shape; or drop the shape flags to use the group as it is",
             )
         return group
-    from ._resource_check import check_resources
+    from .resources import check_resources
 
     growing = check_resources(shape.workers, shape.gpu, shape.cpus_per_worker)
     if growing:  # an autoscaled cluster below the group's size: it grows for the group

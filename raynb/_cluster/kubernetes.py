@@ -2,7 +2,7 @@
 
 :class:`KubernetesBackend` is what a :class:`~raynb.Cluster` holds for such a cluster; :func:`up` applies (or reuses)
 the RayCluster and waits for it; :func:`attach` finds one by name; :func:`delete` and :func:`rows` serve
-``down NAME`` and ``list``. API calls are in ``_kube_api.py``, pure state in ``_kube_state.py`` and ``manifest.py``.
+``down NAME`` and ``list``. API calls are in ``_cluster/kube_api.py``, pure state in ``_cluster/kube_state.py`` and ``manifest.py``.
 """
 
 from __future__ import annotations
@@ -13,17 +13,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import _kube_api as kube
-from . import manifest
-from ._backend import BackendChecks, BackendKind, Say
-from ._identity import default_cluster_name
-from ._kube_state import KubeStatus, RayClusterRef, readiness, spec_differences
-from ._port_forward import PortForward
-from ._session import check_versions, dashboard_get
-from ._settings import Settings, raynb_home
-from ._shared.cost import HourlyCost, hourly_cost, usd
-from .display.run_view import clock
-from .errors import KubeError, ManifestError, NotConnectedError
+from .. import manifest
+from .._identity import default_cluster_name
+from .._settings import Settings, raynb_home
+from .._shared.cost import HourlyCost, hourly_cost, usd
+from ..display.run_view import clock
+from ..errors import KubeError, ManifestError, NotConnectedError
+from . import kube_api as kube
+from .backend import BackendChecks, BackendKind, Say
+from .kube_state import KubeStatus, RayClusterRef, readiness, spec_differences
+from .port_forward import PortForward
+from .session import check_versions, dashboard_get
 
 __all__ = ["KubernetesBackend", "up", "attach", "delete", "rows", "named_raycluster"]
 
@@ -88,7 +88,7 @@ class KubernetesBackend:
 
     def runtime_env(self) -> dict[str, Any]:
         # the cluster image does not have raynb: ship the package with the job
-        return {"py_modules": [str(Path(__file__).resolve().parent)]}
+        return {"py_modules": [str(Path(__file__).resolve().parent.parent)]}  # the whole raynb package
 
     def kube_status(self) -> KubeStatus:
         return kube.kube_status(self.target, self.ref)
@@ -130,7 +130,7 @@ class KubernetesBackend:
         """A RayCluster outlives the kernel (like any cluster you pay for, it stops on `down` only)."""
 
     def doctor_checks(self) -> BackendChecks:
-        from ._doctor_kube import kube_checks
+        from .kube_doctor import kube_checks
 
         return BackendChecks(kube_checks(self.target, self.ref, self.values), needs_no_ray=True)
 

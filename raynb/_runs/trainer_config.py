@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import UsageError
+from ..errors import UsageError
 
 __all__ = ["shape_of", "trainer_kwargs", "user_run_name"]
 

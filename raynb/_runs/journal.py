@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ._settings import raynb_home
+from .._settings import raynb_home
 
 __all__ = ["remember", "recall", "cluster_key"]
 
@@ -21,7 +21,7 @@ def _path() -> Path:
 
 def cluster_key() -> str:
     """The connected cluster by what outlives its head: its kind and name (a RayCluster's name, "local")."""
-    from ._current import current
+    from .._current import current
 
     cl = current()
     return f"{cl.kind}:{cl.name}" if cl is not None else "?"

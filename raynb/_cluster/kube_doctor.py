@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._checks import Check
+from .._checks import Check
 
 __all__ = ["evaluate", "kube_checks", "EFA_VARIABLES"]
 
@@ -346,7 +346,7 @@ def evaluate(
 
 def kube_checks(target: Any, ref: Any, values: Mapping[str, str]) -> list[Check]:
     """Read what :func:`evaluate` needs through the API (cluster-scoped lists may be refused: then 'warn')."""
-    from . import _kube_api as kube
+    from . import kube_api as kube
 
     rc = kube.get_raycluster(target, ref)
     if rc is None:

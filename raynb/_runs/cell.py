@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .errors import CaptureError, CellSyntaxError, UndefinedNameError
+from ..errors import CaptureError, CellSyntaxError, UndefinedNameError
 
 __all__ = ["compile_cell", "serialize", "untravelable", "modules_beside", "FUNCTION_NAME"]
 

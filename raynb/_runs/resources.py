@@ -5,8 +5,8 @@ forever on a shape that cannot be placed."""
 
 from __future__ import annotations
 
-from ._current import current
-from .errors import InsufficientResourcesError, not_connected
+from .._current import current
+from ..errors import InsufficientResourcesError, not_connected
 
 __all__ = ["check_resources"]
 

@@ -1,7 +1,7 @@
 """The ``Cluster`` a notebook works with: which backend runs its head, how to reach it, what it has, how to stop it.
 
-``up``, ``down``, ``clusters`` and ``Cluster.from_name`` choose a backend (``_embedded.py`` or ``_kubernetes.py``);
-everything else goes through the backend's interface (``_backend.py``). The current cluster is kept in ``_current``.
+``up``, ``down``, ``clusters`` and ``Cluster.from_name`` choose a backend (``_cluster/embedded.py`` or ``_cluster/kubernetes.py``);
+everything else goes through the backend's interface (``_cluster/backend.py``). The current cluster is kept in ``_current``.
 """
 
 from __future__ import annotations
@@ -10,21 +10,21 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from . import _embedded, _kubernetes, _session
-from . import _embedded_head as head_proc
-from ._backend import Say
-from ._browser_link import dashboard_link
-from ._client import cluster_side
-from ._client.spares import drop_spare, prewarm
-from ._cluster_status import ClusterStatus, NodeInfo
-from ._current import at_exit as _at_exit
-from ._current import clear_current, current, resolve_settings, set_current, warm_group
-from ._settings import Settings
-from ._shared.worker_env import job_env, launcher_env
-from .errors import KubeError, NotConnectedError, UsageError, not_connected
+from .._client import cluster_side
+from .._client.spares import drop_spare, prewarm
+from .._current import at_exit as _at_exit
+from .._current import clear_current, current, resolve_settings, set_current, warm_group
+from .._settings import Settings
+from .._shared.worker_env import job_env, launcher_env
+from ..errors import KubeError, NotConnectedError, UsageError, not_connected
+from . import embedded, kubernetes, session
+from . import embedded_head as head_proc
+from .backend import Say
+from .browser_link import dashboard_link
+from .status import ClusterStatus, NodeInfo
 
 if TYPE_CHECKING:
-    from ._backend import Backend, BackendKind
+    from .backend import Backend, BackendKind
 
 __all__ = ["Cluster", "ClusterStatus", "NodeInfo", "up", "down", "current", "clusters"]
 
@@ -69,11 +69,11 @@ class Cluster:
         """
         backend: Backend
         if name == "local":
-            backend = _embedded.attach()
+            backend = embedded.attach()
             settings = resolve_settings()
         else:
             settings = resolve_settings({"kube_context": context, "kube_namespace": namespace})
-            backend = _kubernetes.attach(name, settings, kubeconfig)
+            backend = kubernetes.attach(name, settings, kubeconfig)
         c = cls(backend, settings=settings, owned=False)
         if connect:
             c.connect(progress=progress)
@@ -83,7 +83,7 @@ class Cluster:
     def connect(self, progress: Say | None = None) -> Cluster:
         say = progress or (lambda _m: None)
         self.address, self.dashboard_url = self.backend.reach(say)
-        _session.connect(
+        session.connect(
             self.address,
             token_path=self.backend.token_path(),
             dashboard_url=self.dashboard_url,
@@ -99,7 +99,7 @@ class Cluster:
 
     @property
     def connected(self) -> bool:
-        return _session.is_connected()
+        return session.is_connected()
 
     def status(self) -> ClusterStatus:
         import ray
@@ -147,21 +147,21 @@ class Cluster:
     def down(self, *, force: bool = False, progress: Say | None = None) -> None:
         """Disconnect and stop the cluster: the embedded head and every process it started, or the RayCluster and its
         pods (waits until they are gone). Refused while runs go on there, unless ``force`` (they stop with it)."""
-        going = cluster_side.active_runs() if _session.is_connected() else []
+        going = cluster_side.active_runs() if session.is_connected() else []
         if going and not force:
             raise UsageError(
                 f"{len(going)} run(s) still going on this cluster: {', '.join(going)}.",
                 fix="stop them (`%raytrain stop NAME`), or `%raycluster down --force` to stop the cluster and them",
             )
         drop_spare()
-        _session.disconnect()
+        session.disconnect()
         self.backend.down(progress or print, force=force)
         clear_current(self)
 
     def disconnect(self) -> None:
         """Leave the cluster running (and its runs); close this kernel's connection and port-forwards."""
         drop_spare()
-        _session.disconnect()
+        session.disconnect()
         self.backend.disconnect()
         clear_current(self)
 
@@ -213,7 +213,7 @@ def _at_kernel_exit() -> None:
     c = current_cluster()
     try:
         drop_spare()
-        _session.disconnect()
+        session.disconnect()
     finally:
         if c is not None:
             c.backend.at_kernel_exit()
@@ -265,7 +265,7 @@ def up(
         settings = settings or resolve_settings(
             {"kube_start_timeout_s": timeout, "kube_context": context, "kube_namespace": namespace}
         )
-        backend = _kubernetes.up(
+        backend = kubernetes.up(
             values,
             set or {},
             template=template,
@@ -286,7 +286,7 @@ def up(
                 "start_timeout_s": timeout,
             }
         )
-        backend = _embedded.up(settings, say)
+        backend = embedded.up(settings, say)
     c = Cluster(backend, settings=settings)
     _make_current(c)
     if connect:
@@ -313,7 +313,7 @@ def clusters(
             }
         )
     try:
-        rows += _kubernetes.rows(namespace=namespace, context=context, kubeconfig=kubeconfig)
+        rows += kubernetes.rows(namespace=namespace, context=context, kubeconfig=kubeconfig)
     except KubeError as e:
         if head is None:
             raise
@@ -353,9 +353,9 @@ def down(
             cur.down(force=force, progress=say)
             return True
         settings = resolve_settings({"kube_context": context, "kube_namespace": namespace})
-        return _kubernetes.delete(name, settings, kubeconfig, say, force=force)
+        return kubernetes.delete(name, settings, kubeconfig, say, force=force)
     if cur is not None:
         cur.down(force=force, progress=say)
         return True
-    _session.disconnect()
+    session.disconnect()
     return head_proc.stop_head()

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Literal
 
-from ._kube_state import kube_time
+from .kube_state import kube_time
 
 __all__ = ["Diagnosis", "Progress", "diagnose_pod", "diagnose_pods", "is_hopeless", "progress_of"]
 

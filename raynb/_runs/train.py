@@ -1,7 +1,7 @@
 """Starting runs: ``raynb.train(fn)`` and the ``%%raytrain`` cell both come through here.
 
 Checks the cluster can place the run (before anything waits forever), builds each worker's environment, ships the
-function, and waits with a live view. The Run itself is ``_run.py``; the actor hosting ``fit()`` is ``_remote/launcher.py``.
+function, and waits with a live view. The Run itself is ``_runs/run.py``; the actor hosting ``fit()`` is ``_remote/launcher.py``.
 """
 
 from __future__ import annotations
@@ -14,19 +14,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._cell import large_payload_note, largest_globals, modules_beside, serialize
-from ._client.spares import free_name
-from ._current import current, resolve_settings
-from ._resource_check import check_resources
-from ._run import Run, RunSpec, set_active
-from ._settings import Settings
-from ._shared.worker_env import worker_env
-from ._storage import check_reachable_by_every_node
-from ._trainer_config import shape_of, trainer_kwargs, user_run_name
-from .errors import UsageError
+from .._client.spares import free_name
+from .._current import current, resolve_settings
+from .._settings import Settings
+from .._shared.worker_env import worker_env
+from ..errors import UsageError
+from .cell import large_payload_note, largest_globals, modules_beside, serialize
+from .resources import check_resources
+from .run import Run, RunSpec, set_active
+from .storage import check_reachable_by_every_node
+from .trainer_config import shape_of, trainer_kwargs, user_run_name
 
 if TYPE_CHECKING:
-    from .display import LiveView
+    from ..display import LiveView
 
 __all__ = ["train", "start_run", "follow", "default_run_name"]
 
@@ -156,7 +156,7 @@ def _start_payload(
 
 def _usd_per_hour() -> float | None:
     """The current cluster's GPU nodes per hour (the run's cost is this times its wall time)."""
-    from ._current import current
+    from .._current import current
 
     cluster = current()
     cost = cluster.backend.hourly_cost() if cluster is not None else None
@@ -208,7 +208,7 @@ def follow(
     when the user clicked Detach, the run goes on as below), or from a background thread while the kernel runs other
     cells (a background run, an attached one). In a terminal a background run prints one line rather than a line
     that moves under the user's typing."""
-    from .display import LiveView, frontend
+    from ..display import LiveView, frontend
 
     mode = display if isinstance(display, str) else None
     if not wait and display is not False and (mode or frontend()) == "text":
@@ -217,7 +217,7 @@ def follow(
     view = LiveView(run, mode=mode, hz=hz).start() if display is not False else None
     controls = None
     if view is not None and view.mode == "html" and controls_shown:
-        from .display.controls import RunControls
+        from ..display.controls import RunControls
 
         controls = RunControls(run.name, run.stop, detachable=wait).show()
     if wait:

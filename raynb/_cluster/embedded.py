@@ -1,17 +1,17 @@
-"""The embedded backend: a Ray head on this machine, started and supervised by ``_embedded_head.py``."""
+"""The embedded backend: a Ray head on this machine, started and supervised by ``_cluster/embedded_head.py``."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from . import _embedded_head as head_proc
-from . import _session
-from ._backend import BackendChecks, BackendKind, Say
-from ._checks import Check
-from ._embedded_head import LocalHead
-from ._settings import Settings
-from .errors import ClusterStartError, NotConnectedError, UsageError
+from .._checks import Check
+from .._settings import Settings
+from ..errors import ClusterStartError, NotConnectedError, UsageError
+from . import embedded_head as head_proc
+from . import session
+from .backend import BackendChecks, BackendKind, Say
+from .embedded_head import LocalHead
 
 __all__ = ["EmbeddedBackend", "up", "attach"]
 
@@ -58,7 +58,7 @@ class EmbeddedBackend:
     def down(self, say: Say, *, force: bool = False) -> None:
         head_proc.stop_head(self.head)
         head_proc.remove_owner()
-        _session.forget_token()  # its token file is gone with it
+        session.forget_token()  # its token file is gone with it
 
     def disconnect(self) -> None:
         """Nothing to close: the head stays for other kernels (and stops once no kernel owns it)."""

@@ -10,15 +10,15 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ._client import cluster_side as side
-from ._client.run_channel import RunChannel
-from ._current import resolve_settings
-from ._run import Run
-from ._run_journal import recall, remember
-from ._shared.seam import ACTIVE
-from ._storage import run_dir
-from .display.tables import table
-from .errors import UsageError, not_connected
+from .._client import cluster_side as side
+from .._client.run_channel import RunChannel
+from .._current import resolve_settings
+from .._shared.seam import ACTIVE
+from ..display.tables import table
+from ..errors import UsageError, not_connected
+from .journal import recall, remember
+from .run import Run
+from .storage import run_dir
 
 __all__ = ["runs", "attach", "stop_run", "remove_run", "run_logs", "active_runs", "RunList"]
 
@@ -139,7 +139,7 @@ def attach(name: str, *, display: bool | str | None = None, wait: bool = False) 
     (the view goes on updating; ``run.wait()`` blocks) unless ``wait``; a finished run shows its final picture. An
     interrupt while waiting ends the waiting, not the run (``run.stop()`` stops it)."""
 
-    from ._train import follow
+    from .train import follow
 
     info, channel = _found(name)
     remember(name, info["started"], info["spec"].get("storage_path"))

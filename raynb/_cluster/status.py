@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ._backend import BackendKind
-    from ._kube_state import KubeStatus
-    from ._shared.cost import HourlyCost
+    from .._shared.cost import HourlyCost
+    from .backend import BackendKind
+    from .kube_state import KubeStatus
 
 __all__ = ["ClusterStatus", "NodeInfo"]
 
@@ -50,12 +50,12 @@ class ClusterStatus:
         return self.total.get("GPU", 0.0)
 
     def text(self) -> str:
-        from .display.cluster_view import status_text
+        from ..display.cluster_view import status_text
 
         return status_text(self)
 
     def html(self) -> str:
-        from .display.cluster_view import status_html
+        from ..display.cluster_view import status_html
 
         return status_html(self)
 

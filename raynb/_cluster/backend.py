@@ -1,5 +1,5 @@
 """What a :class:`~raynb.Cluster` needs from where its head runs. One file per backend implements it:
-``_embedded.py`` (the embedded head on this machine) and ``_kubernetes.py`` (a KubeRay RayCluster). A new way to reach
+``_cluster/embedded.py`` (the embedded head on this machine) and ``_cluster/kubernetes.py`` (a KubeRay RayCluster). A new way to reach
 a head (a remote Ray address, a Ray Jobs cluster) is a new file, not new branches."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from ._checks import Check
+from .._checks import Check
 
 if TYPE_CHECKING:
-    from ._kube_state import KubeStatus
-    from ._shared.cost import HourlyCost
+    from .._shared.cost import HourlyCost
+    from .kube_state import KubeStatus
 
 __all__ = ["Backend", "BackendKind", "BackendChecks", "Say"]
 
