@@ -1,18 +1,17 @@
 """The embedded Ray head: started by raynb as its own process tree, reused, and never left behind.
 
 One head per machine user lives in ``$RAYNB_HOME/local`` (default ``~/.raynb/local``). A small supervisor process
-(``python -m raynb._cluster.embedded_head supervise``) leads a new session, starts ``ray start --head --block`` under it, and watches
-the kernels that use the head (``owners/<pid>`` files). When the last owner is gone -- closed, crashed or killed --
+(``python -m raynb._cluster.head_supervisor supervise``) leads a new session, starts ``ray start --head --block``
+under it, and watches the kernels that use the head (``owners/<pid>`` files). When the last owner is gone -- closed, crashed or killed --
 or ``down`` removes ``head.json``, the supervisor ends the whole process group. Nothing here talks to Ray's Python
 API; the kernel connects through Ray Client like it would to a remote cluster.
 
-Why this module is long: the kernel side (start, reuse, stop) and the supervisor share one on-disk protocol
-(lock, ``head.json``, ``owners/``); keeping both halves together keeps that protocol in one file.
+This module is the kernel's side and the on-disk protocol both sides share (the lock, ``head.json``, ``owners/``,
+``leases/``); the supervisor is ``head_supervisor.py``, and finding and killing processes ``processes.py``.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import fcntl
 import json
@@ -28,14 +27,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .._settings import raynb_home
-from .._shared.host import leases_active
 from ..errors import ClusterStartError
+from .processes import kill_all, pid_alive, pids_naming
 
 __all__ = ["LocalHead", "find_head", "start_head", "stop_head", "state_dir"]
 
 HOST = "127.0.0.1"
-#: seconds the head's processes get after SIGTERM when it stops, before SIGKILL
-STOP_GRACE_S = 2.0
 _PORT_NAMES = (
     "gcs_port",
     "client_port",
@@ -86,7 +83,7 @@ class LocalHead:
         return f"http://{HOST}:{self.ports['dashboard_port']}" if self.dashboard else None
 
     def alive(self) -> bool:
-        return _pid_alive(self.supervisor_pid) and _port_open(self.ports["client_port"])
+        return pid_alive(self.supervisor_pid) and _port_open(self.ports["client_port"])
 
     def to_json(self) -> str:
         d = asdict(self)
@@ -96,20 +93,6 @@ class LocalHead:
     @classmethod
     def from_json(cls, text: str) -> LocalHead:
         return cls(**json.loads(text))
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie child still answers kill(0); treat it as gone
-    with contextlib.suppress(OSError), open(f"/proc/{pid}/stat") as f:
-        if f.read().split(") ")[-1].startswith("Z"):
-            return False
-    return True
 
 
 def _port_open(port: int, timeout: float = 0.5) -> bool:
@@ -161,7 +144,7 @@ def _lock(d: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _owners(d: Path) -> list[int]:
+def owners_of(d: Path) -> list[int]:
     out = []
     for p in (d / "owners").glob("*"):
         with contextlib.suppress(ValueError):
@@ -194,7 +177,7 @@ def find_head() -> LocalHead | None:
         return None
     if head.alive():
         return head
-    if not _pid_alive(head.supervisor_pid):
+    if not pid_alive(head.supervisor_pid):
         with contextlib.suppress(FileNotFoundError):
             (d / "head.json").unlink()
     return None
@@ -259,8 +242,8 @@ def start_head(
             existing.reused = True
             return existing
         (d / "owners").mkdir(parents=True, exist_ok=True)
-        for stale in _owners(d):
-            if not _pid_alive(stale):
+        for stale in owners_of(d):
+            if not pid_alive(stale):
                 remove_owner(stale)
         shutil.rmtree(d / "leases", ignore_errors=True)  # a previous head's runs are gone with it
         # Ray keeps unix sockets under the temp dir: keep its path short (sun_path is 107 bytes).
@@ -295,7 +278,7 @@ def start_head(
         log = open(d / "head.log", "wb")  # noqa: SIM115 - handed to the child
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         proc = subprocess.Popen(
-            [sys.executable, "-m", "raynb._cluster.embedded_head", "supervise", str(d)],
+            [sys.executable, "-m", "raynb._cluster.head_supervisor", "supervise", str(d)],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -310,7 +293,7 @@ def start_head(
         t0 = time.monotonic()
         while True:
             if proc.poll() is not None:
-                _cleanup_record(d)
+                clear_record(d)
                 raise ClusterStartError(
                     "The embedded Ray head exited while starting.",
                     saw=_log_tail(d / "head.log"),
@@ -348,7 +331,7 @@ def _log_tail(path: Path, n: int = 15) -> str:
     return "\n".join(lines[-n:])
 
 
-def _cleanup_record(d: Path) -> None:
+def clear_record(d: Path) -> None:
     for name in ("head.json", "spec.json", "auth_token"):
         with contextlib.suppress(FileNotFoundError):
             (d / name).unlink()
@@ -361,152 +344,27 @@ def stop_head(head: LocalHead | None = None, timeout: float = 15.0) -> bool:
         head = head or find_head()
         if head is None:
             return False
-        _cleanup_record(d)
+        clear_record(d)
         with contextlib.suppress(ProcessLookupError):
             os.kill(head.supervisor_pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
-        while _pid_alive(head.supervisor_pid) and time.monotonic() < deadline:
+        while pid_alive(head.supervisor_pid) and time.monotonic() < deadline:
             time.sleep(0.1)
-        if _pid_alive(head.supervisor_pid):
+        if pid_alive(head.supervisor_pid):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(head.supervisor_pid, signal.SIGKILL)
         # Ray starts some workers in sessions of their own; and `down` returns once every process is gone
         deadline = time.monotonic() + 5
         while (left := processes_of(head)) and time.monotonic() < deadline:
-            _kill_all(left)
+            kill_all(left)
             time.sleep(0.1)
-        for pid in _owners(d):
+        for pid in owners_of(d):
             remove_owner(pid)
         shutil.rmtree(d / "leases", ignore_errors=True)
         shutil.rmtree(head.temp_dir, ignore_errors=True)
         return True
 
 
-def _pids_naming(temp_dir: str, pgid: int | None = None) -> list[int]:
-    """Live PIDs in process group ``pgid`` or whose command line names ``temp_dir`` (unique to one head)."""
-    pids, me = [], os.getpid()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == me:
-            continue
-        pid = int(entry.name)
-        try:
-            ours = (pgid is not None and os.getpgid(pid) == pgid) or temp_dir.encode() in (
-                entry / "cmdline"
-            ).read_bytes()
-            if ours and _pid_alive(pid):
-                pids.append(pid)
-        except (OSError, ProcessLookupError):
-            continue
-    return pids
-
-
 def processes_of(head: LocalHead) -> list[int]:
     """PIDs still in the head's process group or naming its temp dir (for checks that nothing is left)."""
-    return _pids_naming(head.temp_dir, head.supervisor_pid)
-
-
-def _kill_all(pids: list[int]) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
-
-
-# --- the supervisor process -------------------------------------------------------------------------------------
-
-
-def _supervise(d: Path) -> int:
-    spec = json.loads((d / "spec.json").read_text())
-    stop = {"now": False}
-
-    def on_term(_sig: int, _frm: object) -> None:
-        stop["now"] = True
-
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a kernel interrupt must not reach the head
-    # Ray turns 127.0.0.1 into the "remotely reachable" address unless it runs in its single-machine mode (the one
-    # it uses on macOS): then every component, the Ray Client server included, stays on loopback.
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")}
-    if spec.get("token_path"):
-        env["RAY_AUTH_TOKEN_PATH"] = spec["token_path"]
-    env = {
-        **env,
-        "RAY_AUTH_MODE": spec["auth_mode"],
-        "RAY_USAGE_STATS_ENABLED": "0",
-        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-        # Ray's own helpers in this head's processes (Train's placement-group cleaner, the State API) look for "the"
-        # local cluster when given no address, and give up when a machine runs several heads: name ours.
-        "RAY_ADDRESS": spec["gcs_address"],
-    }
-    # The dashboard gives each of its modules 30 s to start and itself 60 s; on a 2-core machine that is busy (a
-    # build, another kernel's training) MetricsHead misses that and the whole head exits. Minutes beat failing.
-    env.setdefault("RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT", "180")
-    env.setdefault("RAY_DASHBOARD_STARTUP_TIMEOUT_S", "240")
-    # Train's preemption watcher polls Ray for nodes being drained (spot reclaims, autoscaler scale-down): one machine
-    # has none to drain, so every run would start that actor for nothing. A user's own setting still wins.
-    env.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
-    ray = subprocess.Popen(spec["command"], stdin=subprocess.DEVNULL, env=env)
-    print(f"[raynb] supervisor {os.getpid()} started ray pid {ray.pid}", flush=True)
-    ownerless = 0
-    while not stop["now"]:
-        time.sleep(0.5)
-        if ray.poll() is not None:
-            print(f"[raynb] ray start exited with {ray.returncode}", flush=True)
-            break
-        if not (d / "head.json").exists():
-            break
-        alive = [p for p in _owners(d) if _pid_alive(p)]
-        for p in set(_owners(d)) - set(alive):
-            remove_owner(p)
-        ownerless = 0 if alive or leases_active(d) else ownerless + 1
-        if ownerless >= 2:
-            print("[raynb] no kernel and no run uses the head any more: stopping it", flush=True)
-            _cleanup_record(d)
-            break
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(os.getpgid(0), signal.SIGTERM)
-    # Nothing of a stopped head outlives it (its temp dir goes below), so Ray's graceful exit buys nothing: the
-    # dashboard's helpers leave within a few seconds of SIGTERM, but the raylet and the GCS linger past 8 s (measured
-    # on 2 cores). A short grace, then SIGKILL: `down` takes about 2 s instead of 8.
-    deadline = time.monotonic() + STOP_GRACE_S
-    while time.monotonic() < deadline and len(_group_members()) > 1:
-        time.sleep(0.2)
-    # Ray starts some workers in sessions of their own; they all name this head's temp dir.
-    _kill_all(_pids_naming(spec["temp_dir"]))
-    shutil.rmtree(spec["temp_dir"], ignore_errors=True)
-    print("[raynb] head stopped", flush=True)
-    os.killpg(os.getpgid(0), signal.SIGKILL)  # whatever ignored SIGTERM, and this process last
-    return 0
-
-
-def _group_members() -> list[int]:
-    me = os.getpgid(0)
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                if os.getpgid(int(entry.name)) == me and _pid_alive(int(entry.name)):
-                    out.append(int(entry.name))
-    return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m raynb._cluster.embedded_head", description=__doc__)
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    sup = sub.add_parser("supervise", help="(internal) run the head and stop it when its owners are gone")
-    sup.add_argument("dir", type=Path)
-    sub.add_parser("stop", help="stop the embedded head")
-    sub.add_parser("status", help="print the embedded head's record")
-    args = ap.parse_args(argv)
-    if args.cmd == "supervise":
-        return _supervise(args.dir)
-    if args.cmd == "stop":
-        print("stopped" if stop_head() else "no embedded head is running")
-        return 0
-    head = find_head()
-    print(head.to_json() if head else "no embedded head is running")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return pids_naming(head.temp_dir, head.supervisor_pid)

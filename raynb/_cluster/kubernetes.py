@@ -20,6 +20,7 @@ from .._shared.cost import HourlyCost, hourly_cost, usd
 from ..display.run_view import clock
 from ..errors import KubeError, ManifestError, NotConnectedError
 from . import kube_api as kube
+from . import kube_connect
 from .backend import BackendChecks, BackendKind, Say
 from .kube_state import KubeStatus, RayClusterRef, readiness, spec_differences
 from .port_forward import PortForward
@@ -34,7 +35,7 @@ CLIENT_PORT, DASHBOARD_PORT = 10001, 8265
 class KubernetesBackend:
     """How a Kubernetes-backed Cluster is reached: API target, RayCluster, and the port-forwards to its head."""
 
-    target: kube.Target
+    target: kube_connect.Target
     ref: RayClusterRef
     values: dict[str, str] = field(default_factory=dict)
     forwards: dict[int, PortForward] = field(default_factory=dict)
@@ -117,7 +118,9 @@ class KubernetesBackend:
         )
 
     def down(self, say: Say, *, force: bool = False) -> None:
-        _refuse_unless_owner(kube.get_raycluster(self.target, self.ref), kube.whoami(self.target), "delete", force)
+        _refuse_unless_owner(
+            kube.get_raycluster(self.target, self.ref), kube_connect.whoami(self.target), "delete", force
+        )
         self.disconnect()
         kube.delete_raycluster(self.target, self.ref, progress=say)
 
@@ -213,14 +216,14 @@ def up(
     """Render, apply (or reuse) and wait for the RayCluster; what the user can fix is checked before versions."""
     obj, vals = _render(values, overrides, settings.kube_namespace, template)
     ref = RayClusterRef(obj["metadata"]["name"], obj["metadata"]["namespace"])
-    target = kube.connect_api(context=settings.kube_context, kubeconfig=kubeconfig)
+    target = kube_connect.connect_api(context=settings.kube_context, kubeconfig=kubeconfig)
     say(f"Kubernetes API: {target.where()}")
-    kube.ensure_crd(target)
+    kube_connect.ensure_crd(target)
     if connect:  # before creating anything: a cluster this kernel cannot talk to helps nobody
         check_versions(
             vals.get("RAY_VERSION", ""), vals.get("PYTHON_VERSION", ""), where=f"the image {vals.get('DLC_IMAGE', '?')}"
         )
-    me = kube.whoami(target)
+    me = kube_connect.whoami(target)
     obj["metadata"].setdefault("annotations", {})[OWNER] = me
     live = kube.get_raycluster(target, ref)
     if live is not None:
@@ -278,16 +281,18 @@ def _default_namespace() -> str:
         return "ray-train"
 
 
-def named_raycluster(name: str, settings: Settings, kubeconfig: str | None) -> tuple[kube.Target, RayClusterRef]:
+def named_raycluster(
+    name: str, settings: Settings, kubeconfig: str | None
+) -> tuple[kube_connect.Target, RayClusterRef]:
     """API target and reference for a RayCluster named by the user (from_name, down NAME)."""
-    target = kube.connect_api(context=settings.kube_context, kubeconfig=kubeconfig)
+    target = kube_connect.connect_api(context=settings.kube_context, kubeconfig=kubeconfig)
     return target, RayClusterRef(name, settings.kube_namespace or _default_namespace())
 
 
 def attach(name: str, settings: Settings, kubeconfig: str | None) -> KubernetesBackend:
     """The backend of a running RayCluster found by name, its values read back from its spec."""
     target, ref = named_raycluster(name, settings, kubeconfig)
-    kube.ensure_crd(target)
+    kube_connect.ensure_crd(target)
     rc = kube.get_raycluster(target, ref)
     if rc is None:
         names = [i["metadata"]["name"] for i in kube.list_rayclusters(target, ref.namespace)]
@@ -303,7 +308,7 @@ def delete(name: str, settings: Settings, kubeconfig: str | None, say: Say, *, f
     """Delete a RayCluster by name and wait until it is gone; False when there was none. Another user's is refused
     unless ``force``."""
     target, ref = named_raycluster(name, settings, kubeconfig)
-    _refuse_unless_owner(kube.get_raycluster(target, ref), kube.whoami(target), "delete", force)
+    _refuse_unless_owner(kube.get_raycluster(target, ref), kube_connect.whoami(target), "delete", force)
     gone = kube.delete_raycluster(target, ref, progress=say)
     if not gone:
         say(f"no RayCluster {ref.namespace}/{name}: nothing to delete")
@@ -324,8 +329,8 @@ def _cost_cell(rc: Mapping[str, Any]) -> str:
 
 def rows(*, namespace: str | None, context: str | None, kubeconfig: str | None) -> list[dict[str, str]]:
     """One row per RayCluster of ``namespace`` (all when None) in the kubeconfig's ``context``."""
-    target = kube.connect_api(context=context, kubeconfig=kubeconfig)
-    kube.ensure_crd(target)
+    target = kube_connect.connect_api(context=context, kubeconfig=kubeconfig)
+    kube_connect.ensure_crd(target)
     out = []
     for rc in kube.list_rayclusters(target, namespace):
         _, line = readiness(rc)

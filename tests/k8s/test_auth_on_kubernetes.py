@@ -17,6 +17,7 @@ from conftest import HERE_PY, VALUES
 
 import raynb
 from raynb._cluster import kube_api as kube
+from raynb._cluster import kube_connect
 
 NS = "ray-train"
 
@@ -26,7 +27,7 @@ def test_token_mode_by_default_and_a_caller_without_the_token_is_refused(clean, 
 
     name = "tokened"
     raynb.up(values=VALUES, set={"PYTHON_VERSION": HERE_PY, "RAY_CLUSTER_NAME": name}, connect=False, timeout=60)
-    target = kube.connect_api()
+    target = kube_connect.connect_api()
     core, net = client.CoreV1Api(target.api), client.NetworkingV1Api(target.api)
     secret = core.read_namespaced_secret(name, NS)  # made by the operator for this cluster
     assert len(base64.b64decode(secret.data["auth_token"])) >= 32

@@ -8,6 +8,7 @@ from conftest import HERE_PY, NAME, VALUES, apply, controlplane
 
 import raynb
 from raynb._cluster import kube_api as kube
+from raynb._cluster import kube_connect
 from raynb.errors import ConnectError
 from raynb.manifest import ManifestError
 
@@ -47,7 +48,7 @@ def test_version_mismatch_is_caught_before_anything_is_created(stack) -> None:
     with pytest.raises(ConnectError) as e:
         raynb.up(values=VALUES, set={"PYTHON_VERSION": "3.13" if HERE_PY != "3.13" else "3.12"})
     assert "Python" in e.value.saw and 'pip install "ray[client,train,default]==2.58.0"' in e.value.fix
-    assert kube.get_raycluster(kube.connect_api(), kube.RayClusterRef(NAME, "ray-train")) is None
+    assert kube.get_raycluster(kube_connect.connect_api(), kube.RayClusterRef(NAME, "ray-train")) is None
 
 
 def test_rbac_forbidden_names_verb_and_resource(stack) -> None:

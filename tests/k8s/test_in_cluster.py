@@ -12,6 +12,7 @@ from conftest import HERE_PY, ROOT, VALUES, apply, delete
 
 import raynb
 from raynb._cluster import kube_api as kube
+from raynb._cluster import kube_connect
 
 
 def test_in_cluster_service_account(clean, tmp_path: Path, monkeypatch) -> None:
@@ -41,14 +42,14 @@ def test_in_cluster_service_account(clean, tmp_path: Path, monkeypatch) -> None:
         (mount / "token").write_text(tr.status.token)
         (mount / "ca.crt").write_bytes((stack.dir / "pki" / "ca.crt").read_bytes())
         (mount / "namespace").write_text("ray-train")
-        monkeypatch.setattr(kube, "SERVICE_ACCOUNT_DIR", mount)
+        monkeypatch.setattr(kube_connect, "SERVICE_ACCOUNT_DIR", mount)
         monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
         monkeypatch.setenv("KUBERNETES_SERVICE_PORT", stack.server.rsplit(":", 1)[1])
         monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
         monkeypatch.setenv("HOME", str(tmp_path))
         monkeypatch.setenv("RAYNB_HOME", str(tmp_path / "raynb"))  # a kernel in a pod: no embedded head beside it
 
-        target = kube.connect_api()
+        target = kube_connect.connect_api()
         assert target.context is None and target.default_namespace == "ray-train"
         c = raynb.up(
             values=VALUES, set={"PYTHON_VERSION": HERE_PY}, connect=False, timeout=60, progress=lambda _m: None

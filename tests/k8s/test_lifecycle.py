@@ -12,6 +12,7 @@ from conftest import HERE_PY, NAME, VALUES
 import raynb
 from raynb import manifest
 from raynb._cluster import kube_api as kube
+from raynb._cluster import kube_connect
 from raynb.errors import ClusterStartError
 
 REF = kube.RayClusterRef(NAME, "ray-train")
@@ -28,7 +29,7 @@ def test_up_ready_status_reuse_down(clean) -> None:
     assert any("server-side apply, field manager raynb" in m for m in lines)
     assert any("ready after" in m and "workers 2/2 ready" in m for m in lines), lines
     assert any("its GPU nodes bill from now: 2 × g6.12xlarge ≈ $9.20/h" in m for m in lines), lines
-    target = kube.connect_api()
+    target = kube_connect.connect_api()
     rc = kube.get_raycluster(target, REF)
     managers = {(f["manager"], f["operation"]) for f in rc["metadata"]["managedFields"]}
     assert ("raynb", "Apply") in managers
@@ -187,7 +188,7 @@ def test_two_users_of_one_namespace_do_not_touch_each_others_cluster(clean, monk
     from raynb.errors import KubeError
 
     raynb.up(values=VALUES, set={"PYTHON_VERSION": HERE_PY}, connect=False, timeout=60, progress=lambda _m: None)
-    rc = kube.get_raycluster(kube.connect_api(), REF)
+    rc = kube.get_raycluster(kube_connect.connect_api(), REF)
     assert rc["metadata"]["annotations"]["raynb.io/owner"] == "admin"  # SelfSubjectReview of the admin token
     monkeypatch.setenv("JUPYTERHUB_USER", "bob")
     assert manifest.render()["metadata"]["name"] == "ray-train-bob"  # bob's default is not the first user's
@@ -201,7 +202,7 @@ def test_two_users_of_one_namespace_do_not_touch_each_others_cluster(clean, monk
                      if recreate else {"PYTHON_VERSION": HERE_PY, "RAY_CLUSTER_NAME": NAME},
                      recreate=recreate, connect=False, progress=lambda _m: None)  # fmt: skip
         assert "belongs to admin" in e.value.what and "RAY_CLUSTER_NAME=ray-train-bob" in e.value.fix
-    assert kube.get_raycluster(kube.connect_api(), REF) is not None  # untouched
+    assert kube.get_raycluster(kube_connect.connect_api(), REF) is not None  # untouched
     rows = raynb.clusters(namespace="ray-train")
     assert [(r["name"], r["owner"]) for r in rows if r["kind"] == "kubernetes"] == [(NAME, "admin")]
     monkeypatch.delenv("JUPYTERHUB_USER")

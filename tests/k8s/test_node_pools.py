@@ -17,6 +17,7 @@ from conftest import HERE_PY, NAME, VALUES, apply, controlplane, delete
 
 import raynb
 from raynb._cluster import kube_api as kube
+from raynb._cluster import kube_connect
 from raynb._cluster.status import ClusterStatus
 from raynb.display.cluster_view import cost_text
 from raynb.errors import ClusterStartError
@@ -24,7 +25,7 @@ from raynb.errors import ClusterStartError
 NS = "ray-train"
 
 
-def _workers(target: kube.Target) -> list[dict]:
+def _workers(target: kube_connect.Target) -> list[dict]:
     ref = kube.RayClusterRef(NAME, NS)
     return [p for p in kube.pods(target, ref) if p["metadata"]["labels"].get("ray.io/node-type") == "worker"]
 
@@ -72,7 +73,7 @@ def test_workers_without_the_gpu_toleration_are_told_the_value_to_set(clean) -> 
 
 def test_a_pool_that_scales_from_zero_is_waited_for_and_said(clean) -> None:
     pool = f"gpu-later-{uuid.uuid4().hex[:4]}"
-    target = kube.connect_api()
+    target = kube_connect.connect_api()
     lines: list[str] = []
     done: dict = {}
 
@@ -130,7 +131,7 @@ def test_an_autoscaled_cluster_starts_without_gpu_nodes_and_gets_the_operators_a
         progress=lines.append,
     )
     try:
-        target = kube.connect_api()
+        target = kube_connect.connect_api()
         assert _workers(target) == []  # nothing on a GPU node until a run asks for one
         ref = kube.RayClusterRef(NAME, NS)
         (head,) = [p for p in kube.pods(target, ref) if p["metadata"]["labels"].get("ray.io/node-type") == "head"]

@@ -17,6 +17,7 @@ import nbformat
 from conftest import HERE_PY, NAME, ROOT, apply, delete
 
 from raynb._cluster import kube_api as kube
+from raynb._cluster import kube_connect
 from raynb.notebook import execute
 from tests.notebook.qwen_checks import check_warm_section
 
@@ -95,4 +96,4 @@ def test_qwen_notebook_on_the_kubernetes_path(
     assert "✗" not in states.values(), states
     check_warm_section(cells, steps=120)  # warm workers through the port-forward
     assert "deleted" in text  # %raycluster down
-    assert kube.get_raycluster(kube.connect_api(), kube.RayClusterRef(NAME, "ray-train")) is None
+    assert kube.get_raycluster(kube_connect.connect_api(), kube.RayClusterRef(NAME, "ray-train")) is None

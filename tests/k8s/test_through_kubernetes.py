@@ -32,6 +32,7 @@ import pytest
 from conftest import HERE_PY, NAME, VALUES, sets
 
 from raynb._cluster import kube_api as kube
+from raynb._cluster import kube_connect
 from tests.notebook.kernels import errors, kernel, run, text
 
 GRACE_S = float(os.environ.get("RAYNB_CLIENT_RECONNECT_GRACE_S", "30"))
@@ -236,5 +237,5 @@ def test_raytrain_runs_through_the_kubernetes_path(
         out = run(kc, f"%config RayNB.kube_namespace = 'ray-train'\n%raycluster down {NAME}", timeout=120)
         assert not errors(out), text(out)
         assert "deleted" in text(out)
-    target = kube.connect_api()
+    target = kube_connect.connect_api()
     assert kube.get_raycluster(target, kube.RayClusterRef(NAME, "ray-train")) is None

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from raynb._cluster import kube_api as kube
+from raynb._cluster import kube_connect
 
 
 def _kubeconfig(path: Path, name: str, user: dict) -> str:
@@ -32,8 +33,8 @@ def test_every_file_kubeconfig_lists_is_read(tmp_path: Path, monkeypatch: pytest
     first = _kubeconfig(tmp_path / "a.yaml", "dev", {"token": "t"})
     second = _kubeconfig(tmp_path / "b.yaml", "eks-prod", {"token": "u"})
     monkeypatch.setenv("KUBECONFIG", os.pathsep.join([first, str(tmp_path / "missing.yaml"), second]))
-    assert kube.connect_api().context == "dev"  # the first file's current context
-    t = kube.connect_api(context="eks-prod")  # a context from the second file
+    assert kube_connect.connect_api().context == "dev"  # the first file's current context
+    t = kube_connect.connect_api(context="eks-prod")  # a context from the second file
     assert t.server == "https://eks-prod.example.invalid:6443"
 
 
@@ -47,6 +48,6 @@ def test_a_credential_command_not_on_the_kernels_path_is_named(tmp_path: Path, m
     }
     monkeypatch.setenv("KUBECONFIG", _kubeconfig(tmp_path / "eks.yaml", "eks", exec_user))
     with pytest.raises(kube.KubeError) as e:
-        kube.connect_api()
+        kube_connect.connect_api()
     assert "`aws-cli-that-is-not-installed`" in e.value.what and "PATH" in e.value.saw
     assert "pip install awscli" in e.value.fix
