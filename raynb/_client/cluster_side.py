@@ -13,9 +13,14 @@ from .._remote.sink import MetricsSink
 from ..errors import UsageError
 from . import handles
 from .run_channel import RunChannel
-from .spares import find_registry, registry, take_spare
+from .spares import drop_spare, find_registry, free_name, prewarm, registry, take_spare
+from .warm_channel import WarmChannel
 
 __all__ = [
+    "prewarm",
+    "drop_spare",
+    "free_name",
+    "open_warm",
     "start_run",
     "find_run",
     "list_runs",
@@ -87,6 +92,11 @@ def head_started_at() -> float | None:
         return float(ray.get(registry().started_at.remote(), timeout=10))
     except Exception:  # noqa: BLE001 - a registry from an older raynb
         return None
+
+
+def open_warm(workers: int, idle_s: float) -> WarmChannel:
+    """A mailbox for a warm group of ``workers`` ranks that ends itself after ``idle_s`` without a cell."""
+    return WarmChannel(workers, idle_s)
 
 
 def run_task(fn: Callable[..., T], *args: Any, node_id: str | None = None, timeout: float = 120.0) -> T:

@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._client import cluster_side
-from .._client.spares import drop_spare, prewarm
 from .._current import at_exit as _at_exit
 from .._current import clear_current, current, resolve_settings, set_current, warm_group
 from .._settings import Settings
@@ -92,7 +91,7 @@ class Cluster:
             reconnect_grace_s=self.settings.client_reconnect_grace_s,
             progress=progress,
         )
-        prewarm(
+        cluster_side.prewarm(
             launcher_env(self.settings.health_check_interval_s)
         )  # the first %%raytrain then starts as fast as a bare fit()
         return self
@@ -153,14 +152,14 @@ class Cluster:
                 f"{len(going)} run(s) still going on this cluster: {', '.join(going)}.",
                 fix="stop them (`%raytrain stop NAME`), or `%raycluster down --force` to stop the cluster and them",
             )
-        drop_spare()
+        cluster_side.drop_spare()
         session.disconnect()
         self.backend.down(progress or print, force=force)
         clear_current(self)
 
     def disconnect(self) -> None:
         """Leave the cluster running (and its runs); close this kernel's connection and port-forwards."""
-        drop_spare()
+        cluster_side.drop_spare()
         session.disconnect()
         self.backend.disconnect()
         clear_current(self)
@@ -212,7 +211,7 @@ def _at_kernel_exit() -> None:
     """Runs go on (they belong to the cluster); the warm spare, made for this kernel's next cell, goes."""
     c = current_cluster()
     try:
-        drop_spare()
+        cluster_side.drop_spare()
         session.disconnect()
     finally:
         if c is not None:

@@ -11,9 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._client import cluster_side as side
-from .._client.run_channel import RunChannel
 from .._current import resolve_settings
-from .._shared.seam import ACTIVE
+from .._shared.seam import ACTIVE, RunChannel
 from ..display.tables import table
 from ..errors import UsageError, not_connected
 from .journal import recall, remember

@@ -19,10 +19,9 @@ from collections.abc import Callable, Generator
 from typing import Any, Literal
 
 from .._client import cluster_side as side
-from .._client.run_channel import RunChannel
-from .._client.spares import prewarm
 from .._settings import Settings
 from .._shared.run_spec import RunSpec
+from .._shared.seam import RunChannel
 from .._shared.worker_env import launcher_env
 from ..errors import ConnectError, RunAborted, TrainingFailedError, UsageError
 from .journal import remember
@@ -349,7 +348,7 @@ class Run:
             self.status = "succeeded"
         self.result = out
         # The launcher and sink belong to the cluster: the registry ends the launcher, the sink keeps the history.
-        prewarm(launcher_env(self.settings.health_check_interval_s))  # the next cell finds a warm launcher
+        side.prewarm(launcher_env(self.settings.health_check_interval_s))  # the next cell finds a warm launcher
         self._mark_ended()
 
     def abort(self, timeout: float = 5.0) -> None:
@@ -365,7 +364,7 @@ class Run:
         self.ended_at = time.time()
         self.status = "aborted"
         self.aborted_at_step = max(step, self.step)
-        prewarm(launcher_env(self.settings.health_check_interval_s))
+        side.prewarm(launcher_env(self.settings.health_check_interval_s))
         self._mark_ended()
 
     def _mark_ended(self) -> None:

@@ -7,9 +7,9 @@ import threading
 import time
 from typing import Any
 
-from .._client.run_channel import RunChannel
 from .._shared.picture import Aggregate
 from .._shared.picture import loads as load_picture
+from .._shared.seam import RunChannel
 
 __all__ = ["MetricStream"]
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._client.spares import free_name
+from .._client import cluster_side as side
 from .._current import current, resolve_settings
 from .._settings import Settings
 from .._shared.worker_env import worker_env
@@ -107,7 +107,7 @@ def _start_payload(
         raise UsageError(
             f"The run name is given twice: {name!r} and RunConfig.name {user_name!r}.", fix="give the name once"
         )
-    name = free_name(name or user_name or default_run_name(), given=bool(name or user_name))
+    name = side.free_name(name or user_name or default_run_name(), given=bool(name or user_name))
     user_env = {**(worker_env_extra or {}), **(env or {})}
     cl = current()
     expect_efa, gdr_expected = cl.backend.efa_expected() if cl is not None else (False, None)

@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Any
 
-from .._client.warm_channel import WarmChannel
+from .._client import cluster_side as side
 from .._current import hold_warm, resolve_settings, warm_group
 from .._settings import Settings
 from ..display.run_view import clock
@@ -55,7 +55,7 @@ class WarmGroup:
 
         self.shape, self.settings, self.idle_s = shape, settings, idle_s
         self.started = time.time()
-        self.mailbox = WarmChannel(shape.workers, idle_s)
+        self.mailbox = side.open_warm(shape.workers, idle_s)
         self.run_obj: Run = train._start_payload(
             serialize(warm_loop),
             settings,

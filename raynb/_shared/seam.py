@@ -1,9 +1,30 @@
-"""The names both sides of the seam agree on: where raynb's detached actors live and what the registry keeps.
-Standard library only."""
+"""The seam between the kernel and raynb's side of the cluster: what the kernel may ask (``ClusterSide``, one run's
+``RunChannel``, a warm group's ``WarmChannel``), and the names both sides agree on (where raynb's detached actors live,
+what the registry keeps). Standard library only.
+
+Kernel code types against these Protocols; ``_client/`` is their one implementation, over Ray Client handles (mypy
+holds it to them: ``_client/__init__.py``). What crosses is plain data -- dicts, lists, bytes, the pickled picture --
+so a second implementation (Ray Jobs, where the kernel's Python and Ray differ from the cluster's) fits the same
+calls."""
 
 from __future__ import annotations
 
-__all__ = ["NAMESPACE", "REGISTRY_NAME", "ACTIVE", "KEEP_FINISHED", "SPARE_TTL_S", "on_head"]
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, TypeVar
+
+__all__ = [
+    "NAMESPACE",
+    "REGISTRY_NAME",
+    "ACTIVE",
+    "KEEP_FINISHED",
+    "SPARE_TTL_S",
+    "on_head",
+    "ClusterSide",
+    "RunChannel",
+    "WarmChannel",
+]
+
+T = TypeVar("T")
 
 #: every detached actor of raynb
 NAMESPACE = "raynb"
@@ -20,3 +41,83 @@ SPARE_TTL_S = 600.0
 def on_head() -> dict[str, float]:
     """Pin to the head node: a worker node's loss must not take a run's list or history with it."""
     return {"node:__internal_head__": 0.001}
+
+
+class RunChannel(Protocol):
+    """One run, as the kernel reaches it: its entry in the cluster's registry, its launcher (where ``fit()`` runs) and
+    its sink (the picture, the records, what the workers printed)."""
+
+    name: str
+
+    def launch(self, payload: bytes, config: dict[str, Any], spec: dict[str, Any]) -> None:
+        """Start ``fit()`` (returns at once); ``spec``: what the launcher needs besides the cell."""
+        ...
+
+    def outcome(self) -> tuple[dict[str, Any], float | None]:
+        """Block until the run ends: how it ended and when (None: now). Raises when the cluster stops answering."""
+        ...
+
+    def entry(self, timeout: float | None = None) -> dict[str, Any] | None:
+        """What the registry holds of the run now (None: no such run any more)."""
+        ...
+
+    def stop(self, step: int | None = None) -> None: ...
+
+    def picture(self, version: int, events_seen: int, timeout: float) -> tuple[int, bytes | None, list, dict]:
+        """(version, the pickled picture if newer than ``version``, events after ``events_seen``, summary)."""
+        ...
+
+    def records(self, cursor: int, chunk: int) -> list[dict[str, Any]]: ...
+
+    def logs(
+        self, after: int, rank: int | None, tail: int | None, timeout: float | None = None
+    ) -> tuple[int, list[dict[str, Any]], int]:
+        """(last line's number, lines after ``after``, lines no longer kept)."""
+        ...
+
+
+class WarmChannel(Protocol):
+    """A warm group's mailbox: cells go in, each rank's result comes back. ``token`` goes into the warm run's
+    config: it is what the workers poll."""
+
+    token: Any
+
+    def post(self, cell: dict[str, Any]) -> int: ...
+
+    def results(self, cell_id: int, timeout: float) -> dict[int, dict[str, Any]]: ...
+
+    def interrupt(self, cell_id: int) -> None: ...
+
+    def idle_for(self) -> float: ...
+
+    def stop(self) -> None: ...
+
+
+class ClusterSide(Protocol):
+    """Everything the kernel asks of raynb's side of the connected cluster."""
+
+    def prewarm(self, env: Mapping[str, str]) -> None:
+        """Make the registry, and a launcher and sink ready for the next run (``env``: the launcher's)."""
+        ...
+
+    def drop_spare(self) -> None:
+        """The ready launcher and sink go (disconnect, down, the kernel's end)."""
+        ...
+
+    def free_name(self, name: str, *, given: bool) -> str: ...
+
+    def start_run(self, name: str, info: dict[str, Any], launcher_env: Mapping[str, str]) -> RunChannel: ...
+
+    def find_run(self, name: str) -> tuple[dict[str, Any], RunChannel] | None: ...
+
+    def list_runs(self) -> list[dict[str, Any]]: ...
+
+    def active_runs(self) -> list[str]: ...
+
+    def remove_run(self, name: str) -> dict[str, Any] | None: ...
+
+    def head_started_at(self) -> float | None: ...
+
+    def open_warm(self, workers: int, idle_s: float) -> WarmChannel: ...
+
+    def run_task(self, fn: Callable[..., T], *args: Any, node_id: str | None = None, timeout: float = 120.0) -> T: ...
