@@ -129,6 +129,10 @@ def cluster_parser() -> _Parser:
     k.add_argument("--recreate", action="store_true", help="replace a RayCluster whose spec differs")
     k.add_argument("--force", action="store_true", help="also reuse or recreate a RayCluster someone else owns")
     k.add_argument("--no-connect", action="store_true", help="create and wait, but do not connect this kernel")
+    a = upp.add_argument_group("A running cluster raynb did not start (down only disconnects from it)")
+    a.add_argument("--address", help="its Ray Client address, ray://HOST:10001")
+    a.add_argument("--token-file", help="its Ray token (default: RAY_AUTH_TOKEN / RAY_AUTH_TOKEN_PATH, as Ray reads)")
+    a.add_argument("--dashboard-url", help="its dashboard (default: http://HOST:8265 when it answers there)")
     dn = sub.add_parser("down", help="stop the cluster and everything it started")
     dn.add_argument("name", nargs="?", help="a RayCluster to delete (default: this kernel's cluster)")
     dn.add_argument(

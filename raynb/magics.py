@@ -44,7 +44,7 @@ class RayNBMagics(Magics):
 
     @line_magic
     def raycluster(self, line: str) -> Any:
-        """%raycluster up [--local | --k8s --values F --set K=V ...] | down [NAME] | status | list | logs [POD] |
+        """%raycluster up [--local | --k8s --values F --set K=V ... | --address ray://HOST:10001] | down [NAME] | status | list | logs [POD] |
         dashboard | doctor | bench | render | warm [stop]"""
         args = parse_cluster_line(line)
         return _CLUSTER_COMMANDS[args.command or "status"](self, args)
@@ -64,6 +64,19 @@ class RayNBMagics(Magics):
             or args.force
             or args.no_connect
         )
+        if args.address or args.token_file or args.dashboard_url:
+            if kube or args.local:
+                raise UsageError(
+                    "%raycluster up --address connects to a running cluster; --local and the Kubernetes options "
+                    "start one",
+                    fix="give either --address or what to start",
+                )
+            return C.up(
+                address=args.address,
+                token_file=args.token_file,
+                dashboard_url=args.dashboard_url,
+                settings=self._settings({"start_timeout_s": args.timeout}),
+            )
         if kube and args.local:
             raise UsageError(
                 "%raycluster up: --local cannot be combined with Kubernetes options",

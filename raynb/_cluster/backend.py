@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Backend", "BackendKind", "BackendChecks", "Say"]
 
-BackendKind = Literal["local", "kubernetes"]
+BackendKind = Literal["local", "kubernetes", "address"]
 Say = Callable[[str], None]
 
 

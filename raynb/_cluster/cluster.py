@@ -16,6 +16,7 @@ from .._current import clear_current, current, resolve_settings, set_current, wa
 from .._settings import Settings
 from .._shared.worker_env import job_env, launcher_env
 from ..errors import KubeError, NotConnectedError, UsageError, not_connected
+from . import address as address_backend
 from . import embedded, kubernetes, session
 from . import embedded_head as head_proc
 from .backend import Say
@@ -237,6 +238,9 @@ def up(
     dashboard: bool | None = None,
     auth: bool | None = None,
     timeout: float | None = None,
+    address: str | None = None,
+    token_file: str | None = None,
+    dashboard_url: str | None = None,
     settings: Settings | None = None,
     progress: Say | None = None,
 ) -> Cluster:
@@ -250,16 +254,32 @@ def up(
     file) renders the DLC RayCluster, applies it with server-side apply, waits for it with diagnostics, port-forwards
     its head to 127.0.0.1 and connects. Re-running with the same spec reuses the cluster; a different spec is reported
     (``recreate=True`` replaces it); someone else's (``raynb.io/owner``) is neither, unless ``force=True``.
-    ``template=FILE``: a RayCluster template of your own, rendered with the same values."""
+    ``template=FILE``: a RayCluster template of your own, rendered with the same values.
+
+    ``raynb.up(address="ray://HOST:10001")`` connects to a cluster raynb did not start (``token_file``: its Ray token,
+    else Ray's own ``RAY_AUTH_TOKEN``/``RAY_AUTH_TOKEN_PATH``; ``dashboard_url``: its dashboard, else
+    ``http://HOST:8265`` when it answers there). ``down`` on it only disconnects: it is not raynb's to stop."""
     kube_args = any(a is not None for a in (values, set, template, context, namespace, kubeconfig))
+    say = progress or print
+    backend: Backend
+    if address is not None:
+        if local or kube_args:
+            raise UsageError(
+                "up(address=...) connects to a running cluster; local/values/set/template/context/namespace/"
+                "kubeconfig start one.",
+                fix="give either the address or what to start",
+            )
+        settings = settings or resolve_settings({"start_timeout_s": timeout})
+        backend = address_backend.up(address, token_file=token_file, dashboard=dashboard_url, say=say)
+        return _connected(Cluster(backend, settings=settings), connect, say)
+    if token_file is not None or dashboard_url is not None:
+        raise UsageError("token_file and dashboard_url go with address=.", fix="add address='ray://HOST:10001'")
     if local and kube_args:
         raise UsageError(
             "up(local=True) starts the embedded cluster; values/set/template/context/namespace/kubeconfig are for "
             "Kubernetes.",
             fix="drop local=True to create the RayCluster on Kubernetes",
         )
-    say = progress or print
-    backend: Backend
     if local is False or kube_args:
         settings = settings or resolve_settings(
             {"kube_start_timeout_s": timeout, "kube_context": context, "kube_namespace": namespace}
@@ -286,7 +306,10 @@ def up(
             }
         )
         backend = embedded.up(settings, say)
-    c = Cluster(backend, settings=settings)
+    return _connected(Cluster(backend, settings=settings), connect, say)
+
+
+def _connected(c: Cluster, connect: bool, say: Say) -> Cluster:
     _make_current(c)
     if connect:
         c.connect(progress=say)

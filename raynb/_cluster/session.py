@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sys
 import time
 import urllib.error
@@ -201,6 +202,12 @@ def forget_token() -> None:
     _reread_auth_env()
 
 
+def cluster_versions(refusal: str) -> tuple[str, str] | None:
+    """(Ray, Python) of the cluster from Ray Client's "Version mismatch" refusal; None for any other error."""
+    m = re.search(r"Version mismatch: The cluster was started with:\s*Ray: (\S+)\s*Python: (\S+)", refusal)
+    return None if m is None else (m[1], m[2])
+
+
 def check_versions(server_ray: str, server_python: str, *, where: str = "the cluster") -> None:
     """Ray Client needs the same Ray version and Python minor on both ends; say exactly what to install."""
     import ray
@@ -264,6 +271,12 @@ def connect(
             res = ray.cluster_resources()
             say(f"connected to {address} ({res.get('CPU', 0):g} CPUs, {res.get('GPU', 0):g} GPUs)")
             return
+        except RuntimeError as e:  # Ray Client refuses a kernel whose Ray or Python differs from the cluster's
+            if (versions := cluster_versions(str(e))) is None:
+                raise
+            _drop_client()
+            check_versions(*versions, where=f"the cluster at {address}")
+            raise
         except (ConnectionError, ConnectionAbortedError, TimeoutError) as e:
             last = e
             _drop_client()

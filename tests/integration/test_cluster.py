@@ -211,3 +211,33 @@ def test_a_head_in_a_container_limited_to_one_cpu_offers_one(tmp_path: Path) -> 
     assert (os.cpu_count() or 1) > 1, "the machine must have more CPUs than the limit for this to tell"
     assert out["cpus"] == 1.0 and out["status"] == 1.0, out
     assert any("Ray finds here" in m for m in out["said"]) and any("(1 CPUs, 0 GPUs)" in m for m in out["said"]), out
+
+
+def test_a_cluster_reached_by_address_is_used_and_left_running(cluster: raynb.Cluster) -> None:
+    """A running cluster raynb did not start, by its Ray Client address and token file (the session's head, reached
+    as any running cluster would be): connected with raynb shipped along, its status, the doctor's tasks on it and its
+    runs through it; `down` only disconnects, and the head goes on."""
+    from raynb._current import set_current
+
+    head, said = cluster.backend.head, []
+    try:
+        c = raynb.up(
+            address=cluster.address,
+            token_file=head.token_path,
+            dashboard_url=head.dashboard_url,
+            progress=said.append,
+        )
+        assert (c.kind, c.name) == ("address", cluster.address.removeprefix("ray://"))
+        assert c.backend.runtime_env()["py_modules"], "raynb travels with the connection: the cluster may lack it"
+        st = c.status()
+        assert st.kind == "address" and st.nodes and st.cpus == cluster.status().cpus
+        checks = {x.name: x for x in raynb.doctor().checks}
+        assert checks["Ray and Python versions"].state == "ok", checks["Ray and Python versions"]
+        assert checks["GPU nodes advertise EFA and GPUs"].state == "n/a"
+        assert isinstance(raynb.runs().names(), list)
+        c.down(progress=said.append)
+        assert said[-1].endswith("raynb did not start that cluster, so it keeps running"), said
+        assert head.alive() and raynb.current() is None
+    finally:
+        cluster.connect()
+        set_current(cluster)

@@ -75,10 +75,11 @@ def test_each_option_is_declared_once_and_the_faces_agree() -> None:
     # (its config, name, data, environment), one-off actions, and the values file and its --set lines (the values
     # layer of Settings, resolved with it). Two flags configure without being a Settings field of their own:
     # --timeout sets start_timeout_s (embedded) or kube_start_timeout_s (Kubernetes), whichever `up` starts, and
-    # --kubeconfig names the file as kubectl's flag does ($KUBECONFIG otherwise). A new flag is one or the other.
+    # --kubeconfig names the file as kubectl's flag does ($KUBECONFIG otherwise). --address, --token-file and
+    # --dashboard-url name a running cluster to connect to, as a RayCluster's name does. A new flag is one or the other.
     not_settings = {"help", "command", "action", "which", "name", "out", "config", "datasets", "env", "background",
                     "warm", "no_name_check", "force", "recreate", "no_connect", "local", "k8s", "values", "template", "overrides",
-                    "tail", "sizes", "compare_tcp", "timeout", "kubeconfig"}  # fmt: skip
+                    "tail", "sizes", "compare_tcp", "timeout", "kubeconfig", "address", "token_file", "dashboard_url"}  # fmt: skip
     seen = set()
     for a in actions(train_parser()) + actions(cluster_parser()):
         if a.dest in fields:

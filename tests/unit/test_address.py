@@ -1,0 +1,91 @@
+"""A cluster raynb did not start, reached by address: what an address may be, the backend's promises (down leaves the
+cluster running, no logs of processes raynb did not start), and the Ray versions raynb installs beside."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import tomllib
+from packaging.requirements import Requirement
+
+from raynb._cluster.address import AddressBackend, parse_address
+from raynb._cluster.address import up as address_up
+from raynb.errors import UsageError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(
+    ("address", "parsed"),
+    [
+        ("ray://10.0.1.7:10001", ("ray", "10.0.1.7", 10001)),
+        ("ray://head.ray-train.svc:10001/", ("ray", "head.ray-train.svc", 10001)),
+        ("http://127.0.0.1:8265", ("http", "127.0.0.1", 8265)),
+        ("https://ray.example.com:443", ("https", "ray.example.com", 443)),
+    ],
+)
+def test_the_two_forms_of_an_address(address: str, parsed: tuple[str, str, int]) -> None:
+    assert parse_address(address) == parsed
+
+
+@pytest.mark.parametrize(
+    "address", ["10.0.1.7:10001", "ray://10.0.1.7", "grpc://h:1", "ray://:10001", "ray://h:port", "http://h:8265/api"]
+)
+def test_anything_else_is_refused_with_the_two_forms(address: str) -> None:
+    with pytest.raises(UsageError) as e:
+        parse_address(address)
+    assert "ray://HOST:10001" in (e.value.fix or "") and "http://HOST:8265" in (e.value.fix or "")
+
+
+def test_a_dashboard_address_says_what_to_give_until_the_jobs_path_is_there() -> None:
+    with pytest.raises(UsageError) as e:
+        address_up("http://10.0.1.7:8265", token_file=None, dashboard=None, say=print)
+    assert "ray://10.0.1.7:10001" in (e.value.fix or "")
+
+
+def test_a_missing_token_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="No token file"):
+        address_up("ray://10.0.1.7:10001", token_file=str(tmp_path / "nope"), dashboard=None, say=print)
+
+
+def test_down_leaves_a_cluster_raynb_did_not_start_running() -> None:
+    said: list[str] = []
+    b = AddressBackend("ray://10.0.1.7:10001")
+    b.down(said.append)
+    assert said == ["disconnected from ray://10.0.1.7:10001; raynb did not start that cluster, so it keeps running"]
+    assert b.name == "10.0.1.7:10001" and b.run_leases_dir() is None and b.hourly_cost() is None
+    with pytest.raises(UsageError, match="did not start"):
+        b.logs("head", 10)
+
+
+def test_raynb_installs_beside_the_ray_a_kernel_has() -> None:
+    """SageMaker Distribution 4.x kernels have Ray 2.55.1, the DLC 2.58.0: installing raynb changes neither. The test
+    environment itself pins the DLC's Ray (the dev extra)."""
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    (ray,) = [Requirement(r) for r in meta["dependencies"] if Requirement(r).name == "ray"]
+    for version in ("2.55.1", "2.56.0", "2.58.0", "2.59.2"):
+        assert ray.specifier.contains(version), f"{ray} must accept Ray {version}"
+    assert not ray.specifier.contains("2.54.0")  # older than any image raynb is tested against
+    (pinned,) = [Requirement(r) for r in meta["optional-dependencies"]["dev"] if Requirement(r).name == "ray"]
+    assert str(pinned.specifier) == "==2.58.0"
+
+
+def test_ray_clients_version_refusal_becomes_what_to_install() -> None:
+    """Ray's own check (the one Ray Client runs when it connects) makes the refusal; raynb reads the cluster's
+    versions from it and says what kernel to make."""
+    import ray
+    from ray._private.utils import check_version_info
+
+    from raynb._cluster.session import check_versions, cluster_versions
+    from raynb.errors import ConnectError
+
+    with pytest.raises(RuntimeError) as refused:
+        check_version_info({"ray_version": "2.58.0", "python_version": "3.13.5"}, "this kernel", True, "minor")
+    assert cluster_versions(str(refused.value)) == ("2.58.0", "3.13.5")
+    assert cluster_versions("Connection refused") is None
+    with pytest.raises(ConnectError) as e:
+        check_versions("2.58.0", "3.13.5", where="the cluster at ray://10.0.1.7:10001")
+    assert "3.13.5 on the cluster at ray://10.0.1.7:10001" in (e.value.saw or "")
+    if ray.__version__ != "2.58.0":
+        assert f"Ray {ray.__version__} here vs 2.58.0" in (e.value.saw or "")
