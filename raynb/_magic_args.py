@@ -114,7 +114,8 @@ def cluster_parser() -> _Parser:
     upp.add_argument(
         "--timeout",
         type=float,
-        help="seconds to wait for the cluster (embedded: start_timeout_s, Kubernetes: kube_start_timeout_s)",
+        help="seconds to wait for the cluster (embedded: start_timeout_s, Kubernetes: kube_start_timeout_s, "
+        "--address: connect_timeout_s)",
     )
     add_flag(upp, "local_dashboard")
     add_flag(upp, "local_auth")

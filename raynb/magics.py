@@ -75,7 +75,7 @@ class RayNBMagics(Magics):
                 address=args.address,
                 token_file=args.token_file,
                 dashboard_url=args.dashboard_url,
-                settings=self._settings({"start_timeout_s": args.timeout}),
+                settings=self._settings({"connect_timeout_s": args.timeout}),
             )
         if kube and args.local:
             raise UsageError(

@@ -269,7 +269,7 @@ def up(
                 "kubeconfig start one.",
                 fix="give either the address or what to start",
             )
-        settings = settings or resolve_settings({"start_timeout_s": timeout})
+        settings = settings or resolve_settings({"connect_timeout_s": timeout})
         backend = address_backend.up(address, token_file=token_file, dashboard=dashboard_url, say=say)
         return _connected(Cluster(backend, settings=settings), connect, say)
     if token_file is not None or dashboard_url is not None:

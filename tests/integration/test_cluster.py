@@ -241,3 +241,45 @@ def test_a_cluster_reached_by_address_is_used_and_left_running(cluster: raynb.Cl
     finally:
         cluster.connect()
         set_current(cluster)
+
+
+OTHER_RAY_SCRIPT = textwrap.dedent("""
+    import json, sys, ray, raynb
+    from raynb.errors import ConnectError
+    address, token, dashboard = sys.argv[1:4]
+    out = {"ray": ray.__version__}
+    for case, dash in (("dashboard", dashboard), ("ray client", None)):
+        try:
+            raynb.up(address=address, token_file=token, dashboard_url=dash, progress=lambda m: None)
+            out[case] = "connected"
+        except ConnectError as e:
+            out[case] = {"what": e.what, "saw": e.saw, "fix": e.fix}
+    print("RESULT " + json.dumps(out))
+""")
+
+
+def test_a_kernel_of_another_ray_is_told_what_to_install(cluster: raynb.Cluster) -> None:
+    """A kernel with SageMaker Distribution's Ray 2.55.1 (a venv of pip's, raynb from this project) against the
+    session's head: refused before connecting where the dashboard answers, and from Ray Client's own refusal where it
+    does not -- both name the two versions and what to install."""
+    import ray
+
+    from tests.other_ray import OTHER_RAY, other_ray_python
+
+    head = cluster.backend.head
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "VIRTUAL_ENV"))}
+    env["PYTHONPATH"] = str(Path(raynb.__file__).resolve().parents[1])
+    out = script_result(
+        OTHER_RAY_SCRIPT,
+        [cluster.address, head.token_path, head.dashboard_url],
+        env,
+        timeout=300,
+        python=str(other_ray_python()),
+    )
+    here = ray.__version__  # the session head's, as every process of the test venv's
+    assert out["ray"] == OTHER_RAY
+    for case in ("dashboard", "ray client"):
+        said = out[case]
+        assert isinstance(said, dict), f"{case}: a Ray {OTHER_RAY} kernel must not connect over Ray Client"
+        assert f"Ray {OTHER_RAY} here vs {here}" in said["saw"], said
+        assert f"ray[client,train,default]=={here}" in said["fix"], said

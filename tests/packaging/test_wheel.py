@@ -139,3 +139,23 @@ def test_quickstart_notebook_top_to_bottom_outside_the_repo(fresh: dict, artifac
     # the final picture is a static SVG chart holding every step's point
     assert re.search(r'data-chart=\\"loss\\" data-points=\\"300\\"', outputs)
     assert not (Path(fresh["env"]["RAYNB_HOME"]) / "local" / "head.json").exists()  # the last cell stopped the head
+
+
+def test_installing_raynb_leaves_a_kernels_ray_alone(fresh: dict, tmp_path: Path) -> None:
+    """pip's own resolver, asked to install this wheel into a Python that has SageMaker Distribution's Ray 2.55.1
+    (`--dry-run`: what it would do), installs raynb's other dependencies and keeps that Ray."""
+    from tests.other_ray import OTHER_RAY, other_ray_python
+
+    report = tmp_path / "report.json"
+    p = subprocess.run(
+        [str(other_ray_python()), "-m", "pip", "install", "--dry-run", "-q", "--disable-pip-version-check",
+         "--report", str(report), fresh["wheel"]],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    installs = {
+        i["metadata"]["name"].lower(): i["metadata"]["version"] for i in json.loads(report.read_text())["install"]
+    }
+    assert "raynb" in installs and "ray" not in installs, f"pip would replace Ray {OTHER_RAY}: {installs.get('ray')}"

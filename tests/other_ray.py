@@ -1,0 +1,36 @@
+"""A Python with another Ray, as the kernels raynb's users have: SageMaker Distribution 4.x (and codeflare-sdk) ship
+Ray 2.55.1, the DLC 2.58.0. A venv with ``ray[client,default]`` at that version from pip and nothing else -- raynb
+comes from the project on ``PYTHONPATH`` -- built once per machine in ``~/.cache/raynb-other-ray/`` and reused (about
+a minute the first time, for Ray's 74 MB wheel and its dependencies)."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+#: SageMaker Distribution 4.5.3's Ray (and codeflare-sdk's)
+OTHER_RAY = "2.55.1"
+
+
+def other_ray_python(version: str = OTHER_RAY) -> Path:
+    """The interpreter of a venv with Ray ``version`` (built on first use; several test processes wait for one)."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "raynb-other-ray"
+    root = cache / f"ray-{version}"
+    python = root / "bin" / "python"
+    done = root / ".complete"
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / f"ray-{version}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            subprocess.run([sys.executable, "-m", "venv", "--clear", str(root)], check=True, timeout=300)
+            subprocess.run(
+                [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                 f"ray[client,default]=={version}"],
+                check=True,
+                timeout=900,
+            )  # fmt: skip
+            done.touch()
+    return python
