@@ -44,8 +44,8 @@ class RayNBMagics(Magics):
 
     @line_magic
     def raycluster(self, line: str) -> Any:
-        """%raycluster up [--local | --k8s --values F --set K=V ... | --address ray://HOST:10001] | down [NAME] | status | list | logs [POD] |
-        dashboard | doctor | bench | render | warm [stop]"""
+        """%raycluster up [--local | --k8s --values F --set K=V ... | --address ray://HOST:10001] | down [NAME] | status |
+        list | logs [POD] | dashboard | doctor | bench | render | warm [stop]"""
         args = parse_cluster_line(line)
         return _CLUSTER_COMMANDS[args.command or "status"](self, args)
 

@@ -97,7 +97,8 @@ def _new_pair(env: Mapping[str, str]) -> tuple[Any, Any]:
 
 def prewarm(env: Mapping[str, str]) -> None:
     """Start a launcher (with Ray Train imported) and a sink for the next run, in the background; and the cluster's
-    run registry, if this is its first run. ``env``: the launcher's environment (``_shared.worker_env.launcher_env``)."""
+    run registry, if this is its first run. ``env``: the launcher's environment
+    (``_shared.worker_env.launcher_env``)."""
     import ray
 
     global _spare

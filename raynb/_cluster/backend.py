@@ -1,6 +1,6 @@
-"""What a :class:`~raynb.Cluster` needs from where its head runs. One file per backend implements it:
-``_cluster/embedded.py`` (the embedded head on this machine) and ``_cluster/kubernetes.py`` (a KubeRay RayCluster). A new way to reach
-a head (a remote Ray address, a Ray Jobs cluster) is a new file, not new branches."""
+"""What a :class:`~raynb.Cluster` needs from where its head runs. One module per backend implements it, beside this
+one: ``embedded.py`` (the embedded head on this machine), ``kubernetes.py`` (a KubeRay RayCluster), ``address.py`` (a
+running cluster raynb did not start). A new way to reach a head is a new module, not new branches."""
 
 from __future__ import annotations
 

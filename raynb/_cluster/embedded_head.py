@@ -2,8 +2,8 @@
 
 One head per machine user lives in ``$RAYNB_HOME/local`` (default ``~/.raynb/local``). A small supervisor process
 (``python -m raynb._cluster.head_supervisor supervise``) leads a new session, starts ``ray start --head --block``
-under it, and watches the kernels that use the head (``owners/<pid>`` files). When the last owner is gone -- closed, crashed or killed --
-or ``down`` removes ``head.json``, the supervisor ends the whole process group. Nothing here talks to Ray's Python
+under it, and watches the kernels that use the head (``owners/<pid>`` files). When the last owner is gone -- closed,
+crashed or killed -- or ``down`` removes ``head.json``, the supervisor ends the whole process group. Nothing here talks to Ray's Python
 API; the kernel connects through Ray Client like it would to a remote cluster.
 
 This module is the kernel's side and the on-disk protocol both sides share (the lock, ``head.json``, ``owners/``,

@@ -2,7 +2,8 @@
 
 :class:`KubernetesBackend` is what a :class:`~raynb.Cluster` holds for such a cluster; :func:`up` applies (or reuses)
 the RayCluster and waits for it; :func:`attach` finds one by name; :func:`delete` and :func:`rows` serve
-``down NAME`` and ``list``. API calls are in ``_cluster/kube_api.py``, pure state in ``_cluster/kube_state.py`` and ``manifest.py``.
+``down NAME`` and ``list``. API calls are in ``kube_api.py`` (reaching the API: ``kube_connect.py``), pure state in
+``kube_state.py`` and ``raynb/manifest.py``.
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ __all__ = ["KNOWN_NOISE", "LineFilter", "NoiseRecords"]
 #: Lines Ray itself logs on every run that say nothing to a notebook user (Ray 2.58). User prints are untouched.
 #: Ray Train's own INFO narration (resource requests, worker group start, process group set-up, prepare_model's
 #: "Moving model to device" and "Wrapping provided model", each checkpointing report) is dropped by Train itself:
-#: raynb hands it ``LoggingConfig(log_level="WARNING")`` (raynb/_runs/trainer_config.py). What is left comes from loggers
-#: that level does not reach:
+#: raynb hands it ``LoggingConfig(log_level="WARNING")`` (raynb/_runs/trainer_config.py). What is left comes from
+#: loggers that level does not reach:
 KNOWN_NOISE = (
     # Ray Core's actor-creation warning for Train's preemption watcher (ray._private; on clusters that run it)
     re.compile(r"Actor with class name: 'PreemptionWatcher' and ID: '\w+' has constructor arguments"),

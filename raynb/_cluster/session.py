@@ -25,7 +25,7 @@ __all__ = ["connect", "disconnect", "is_connected", "check_versions", "auth_pref
 
 
 def _filter_known_noise() -> None:
-    """Filter the cluster's log stream before it reaches the cell (``_cluster/log_filter.py`` decides), from the first line on
+    """Filter the cluster's log stream before it reaches the cell (``log_filter.py`` decides), from the first line on
     (the client server's own start-up lines arrive while ``ray.init`` runs), and end a terminal's progress line first.
 
     Ray's ``LogstreamClient.stdstream`` (worker output) and ``log`` (Ray's own log records) are documented as the

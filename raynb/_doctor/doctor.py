@@ -3,8 +3,8 @@
 On the embedded cluster it checks what applies there: notebook vs cluster Ray/Python, the dashboard, GPUs the
 machine has vs GPUs the cluster offers, /dev/shm, the runs' storage (a file written on a worker node and read on the
 head, and back: ``_doctor/storage.py``), and NVLink multicast kept off for workers. On Kubernetes it adds the
-EFA checklist (``_cluster/kube_doctor.py``): EFA requested, nodes advertising GPUs and EFA, device plugins ready, one availability
-zone, the NCCL/EFA variables, /dev/shm, and the image's versions.
+EFA checklist (``_cluster/kube_doctor.py``): EFA requested, nodes advertising GPUs and EFA, device plugins ready,
+one availability zone, the NCCL/EFA variables, /dev/shm, and the image's versions.
 """
 
 from __future__ import annotations

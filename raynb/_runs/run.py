@@ -3,7 +3,7 @@
 The run's ``fit()`` happens in a detached launcher actor (``_remote/launcher.py``) listed in the cluster's run registry
 (``_remote/registry.py``): the run belongs to the cluster, and this object follows it -- from the kernel that started
 it, or from any kernel that attaches later. The kernel only waits -- on an event, so an interrupt lands at once --
-and stopping kills the launcher. Starting runs is ``_runs/train.py``'s job; finding them again is ``_runs/catalog.py``'s.
+and stopping kills the launcher. Starting runs is ``train.py``'s job; finding them again is ``catalog.py``'s.
 """
 
 from __future__ import annotations

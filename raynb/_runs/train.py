@@ -1,7 +1,8 @@
 """Starting runs: ``raynb.train(fn)`` and the ``%%raytrain`` cell both come through here.
 
 Checks the cluster can place the run (before anything waits forever), builds each worker's environment, ships the
-function, and waits with a live view. The Run itself is ``_runs/run.py``; the actor hosting ``fit()`` is ``_remote/launcher.py``.
+function, and waits with a live view. The Run itself is ``run.py``; the actor hosting ``fit()`` is
+``_remote/launcher.py``.
 """
 
 from __future__ import annotations
