@@ -5,7 +5,12 @@ from __future__ import annotations
 #: each area's modules, by path under tests/ (the unit tests are `make test-fast`'s)
 AREAS = {
     "train": ("integration/test_train.py",),
-    "cluster": ("integration/test_cluster.py", "integration/test_probe_doctor.py", "integration/test_auth.py"),
+    "cluster": (
+        "integration/test_cluster.py",
+        "integration/test_probe_doctor.py",
+        "integration/test_auth.py",
+        "integration/test_nodes.py",
+    ),
     "compat": ("compat/",),
     "warm": ("notebook/test_warm_workers.py",),
     "outlive": (
