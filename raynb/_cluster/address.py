@@ -9,23 +9,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .._checks import Check
 from ..errors import UsageError
-from .backend import BackendChecks, BackendKind, Say
+from .backend import BackendChecks, BackendKind, Say, kube_checks_not_applicable
 from .session import check_versions, dashboard_get
 
 __all__ = ["AddressBackend", "parse_address", "up"]
 
 #: where Ray's dashboard listens unless told otherwise (``ray start --dashboard-port``)
 DASHBOARD_PORT = 8265
-
-_KUBE_ONLY = (
-    "EFA requested by worker pods",
-    "GPU nodes advertise EFA and GPUs",
-    "EFA and NVIDIA device plugins ready",
-    "GPU nodes in one availability zone",
-    "NCCL/EFA variables on workers",
-)
 
 
 def parse_address(address: str) -> tuple[str, str, int]:
@@ -103,7 +94,7 @@ class AddressBackend:
 
     def doctor_checks(self) -> BackendChecks:
         why = "applies to Kubernetes clusters raynb starts; this one was reached by address"
-        return BackendChecks([Check(name, "n/a", why) for name in _KUBE_ONLY])
+        return kube_checks_not_applicable(why)
 
     def efa_expected(self) -> tuple[bool, bool | None]:
         return False, None  # unknown: the NCCL badges say what NCCL chose, without a fallback verdict

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from .._shared.cost import HourlyCost
     from .kube_state import KubeStatus
 
-__all__ = ["Backend", "BackendKind", "BackendChecks", "Say"]
+__all__ = ["Backend", "BackendKind", "BackendChecks", "Say", "kube_checks_not_applicable"]
 
 BackendKind = Literal["local", "kubernetes", "address"]
 Say = Callable[[str], None]
@@ -26,6 +26,21 @@ class BackendChecks:
 
     checks: list[Check] = field(default_factory=list)
     needs_no_ray: bool = False
+
+
+#: the doctor's Kubernetes/EFA checks (``kube_doctor.py``), which another backend lists as not applying to it
+_KUBE_ONLY = (
+    "EFA requested by worker pods",
+    "GPU nodes advertise EFA and GPUs",
+    "EFA and NVIDIA device plugins ready",
+    "GPU nodes in one availability zone",
+    "NCCL/EFA variables on workers",
+)
+
+
+def kube_checks_not_applicable(why: str) -> BackendChecks:
+    """The Kubernetes/EFA checks, each "n/a" for ``why`` (a backend that is not a RayCluster raynb starts)."""
+    return BackendChecks([Check(name, "n/a", why) for name in _KUBE_ONLY])
 
 
 class Backend(Protocol):

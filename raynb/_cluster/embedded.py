@@ -5,23 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .._checks import Check
 from .._settings import Settings
 from ..errors import ClusterStartError, NotConnectedError, UsageError
 from . import embedded_head as head_proc
 from . import session
-from .backend import BackendChecks, BackendKind, Say
+from .backend import BackendChecks, BackendKind, Say, kube_checks_not_applicable
 from .embedded_head import LocalHead
 
 __all__ = ["EmbeddedBackend", "up", "attach"]
-
-_KUBE_ONLY = (
-    "EFA requested by worker pods",
-    "GPU nodes advertise EFA and GPUs",
-    "EFA and NVIDIA device plugins ready",
-    "GPU nodes in one availability zone",
-    "NCCL/EFA variables on workers",
-)
 
 
 @dataclass
@@ -68,9 +59,7 @@ class EmbeddedBackend:
         head_proc.remove_owner()
 
     def doctor_checks(self) -> BackendChecks:
-        return BackendChecks(
-            [Check(name, "n/a", "applies to Kubernetes clusters; this is the embedded cluster") for name in _KUBE_ONLY]
-        )
+        return kube_checks_not_applicable("applies to Kubernetes clusters; this is the embedded cluster")
 
     def efa_expected(self) -> tuple[bool, bool | None]:
         return False, None
