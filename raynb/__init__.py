@@ -32,6 +32,7 @@ from .errors import (
     TrainingFailedError,
     UndefinedNameError,
     UsageError,
+    VersionMismatchError,
     WarmCellError,
     WarmGroupLost,
 )
@@ -84,6 +85,7 @@ __all__ = [
     "NotConnectedError",
     "ClusterStartError",
     "ConnectError",
+    "VersionMismatchError",
     "KubeError",
     "ManifestError",
     "InsufficientResourcesError",

@@ -22,6 +22,7 @@ from .errors import UsageError
 __all__ = [
     "Settings",
     "NcclMode",
+    "ConnectVia",
     "resolve",
     "parse_assignments",
     "parse_bool",
@@ -33,6 +34,7 @@ __all__ = [
 
 ENV_PREFIX = "RAYNB_"
 NcclMode = Literal["summary", "full", "off"]
+ConnectVia = Literal["auto", "client", "jobs"]
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 
 
@@ -85,6 +87,13 @@ class Settings:
         240.0,
         "seconds Ray Client connects may retry (in token mode Ray 2.58 sometimes spends ~30 s on an attempt that "
         "fails before the next one connects; on a busy 2-core machine three such attempts were seen)",
+    )
+    connect_via: ConnectVia = option(
+        "auto",
+        "how the kernel reaches a cluster: Ray Client ('client': needs the cluster's Python minor and Ray), Ray Jobs "
+        "('jobs': any Python and Ray; a cell travels as source and plain data), or 'auto': Ray Client where they "
+        "match, Ray Jobs where they do not",
+        "--via",
     )
     client_reconnect_grace_s: float = option(
         30.0,

@@ -14,6 +14,7 @@ __all__ = [
     "NotConnectedError",
     "ClusterStartError",
     "ConnectError",
+    "VersionMismatchError",
     "InsufficientResourcesError",
     "CellSyntaxError",
     "CaptureError",
@@ -91,6 +92,10 @@ class ClusterStartError(RaynbError):
 
 class ConnectError(RaynbError):
     """Ray Client could not connect to a running cluster."""
+
+
+class VersionMismatchError(ConnectError):
+    """The kernel's Python minor or Ray is not the cluster's: Ray Client cannot connect (Ray Jobs can)."""
 
 
 class InsufficientResourcesError(RaynbError):

@@ -44,7 +44,7 @@ class RayNBMagics(Magics):
 
     @line_magic
     def raycluster(self, line: str) -> Any:
-        """%raycluster up [--local | --k8s --values F --set K=V ... | --address ray://HOST:10001] | down [NAME] | status |
+        """%raycluster up [--local | --k8s --values F --set K=V ... | --address URL [--via jobs]] | down [NAME] | status |
         list | logs [POD] | dashboard | doctor | bench | render | warm [stop]"""
         args = parse_cluster_line(line)
         return _CLUSTER_COMMANDS[args.command or "status"](self, args)
@@ -75,7 +75,7 @@ class RayNBMagics(Magics):
                 address=args.address,
                 token_file=args.token_file,
                 dashboard_url=args.dashboard_url,
-                settings=self._settings({"connect_timeout_s": args.timeout}),
+                settings=self._settings({"connect_timeout_s": args.timeout, "connect_via": args.connect_via}),
             )
         if kube and args.local:
             raise UsageError(

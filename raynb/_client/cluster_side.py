@@ -17,6 +17,9 @@ from .spares import drop_spare, find_registry, free_name, prewarm, registry, tak
 from .warm_channel import WarmChannel
 
 __all__ = [
+    "via",
+    "connected",
+    "resources",
     "prewarm",
     "drop_spare",
     "free_name",
@@ -31,6 +34,27 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+#: code objects cross (the kernel's Python and Ray are the cluster's)
+via = "client"
+
+
+def connected() -> bool:
+    import ray
+
+    return bool(ray.is_initialized())
+
+
+def resources() -> dict[str, Any]:
+    """The cluster's resources now, and each node's, as plain data."""
+    import ray
+
+    keep = ("NodeID", "NodeManagerAddress", "Alive", "Resources")
+    return {
+        "total": dict(ray.cluster_resources()),
+        "available": dict(ray.available_resources()),
+        "nodes": [{k: n.get(k) for k in keep} for n in ray.nodes()],
+    }
 
 
 def start_run(name: str, info: dict[str, Any], launcher_env: Mapping[str, str]) -> RunChannel:

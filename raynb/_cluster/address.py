@@ -1,6 +1,8 @@
-"""A Ray cluster raynb did not start, reached at the address a user gives (``raynb.up(address="ray://host:10001")``):
-connected to and used like any other, never stopped -- ``down`` only disconnects, for it is not raynb's to stop. The
-cluster may not have raynb installed, so the package travels with the connection, as on Kubernetes."""
+"""A Ray cluster raynb did not start, reached at the address a user gives: ``raynb.up(address="ray://host:10001")``
+(Ray Client, or Ray Jobs through the dashboard beside it when the kernel's Python or Ray differs) or
+``address="http://host:8265"`` (its dashboard: Ray Jobs). Connected to and used like any other, never stopped --
+``down`` only disconnects, for it is not raynb's to stop. The cluster may not have raynb installed, so the package
+travels with the connection, as on Kubernetes."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from typing import Any
 
 from ..errors import UsageError
 from .backend import BackendChecks, BackendKind, Say, kube_checks_not_applicable
-from .session import check_versions, dashboard_get
+from .session import dashboard_get
 
 __all__ = ["AddressBackend", "parse_address", "up"]
 
@@ -52,12 +54,7 @@ class AddressBackend:
         return self.address.split("://", 1)[-1]
 
     def reach(self, say: Say) -> tuple[str, str | None]:
-        """The address as given; where the dashboard answers, its Ray version is checked first (Ray Client needs the
-        same on both ends)."""
-        if self.dashboard_url:
-            token = Path(self.token_file).read_text().strip() if self.token_file else None
-            answer = dashboard_get(self.dashboard_url, "/api/version", timeout=10, token=token) or {}
-            check_versions(str(answer.get("ray_version") or ""), "", where=f"the cluster at {self.address}")
+        """The address as given, and the dashboard's (the cluster then chooses Ray Client or Ray Jobs)."""
         return self.address, self.dashboard_url
 
     def token_path(self) -> str | None:
@@ -100,9 +97,9 @@ class AddressBackend:
         return False, None  # unknown: the NCCL badges say what NCCL chose, without a fallback verdict
 
     def storage_reach(self) -> tuple[int, tuple[str, ...]]:
-        import ray
+        from .._client import side
 
-        return sum(1 for n in ray.nodes() if n.get("Alive")), ()
+        return sum(1 for n in side().resources()["nodes"] if n.get("Alive")), ()
 
     def values_layer(self) -> dict[str, Any]:
         return {}
@@ -115,13 +112,13 @@ def up(address: str, *, token_file: str | None, dashboard: str | None, say: Say)
     """A backend for the cluster at ``address``; its dashboard from ``dashboard``, else Ray's default port on the same
     host when it answers there (raynb then matches the cluster's auth mode before connecting, and links it)."""
     scheme, host, _port = parse_address(address)
-    if scheme != "ray":
-        raise UsageError(
-            f"{address} is a dashboard's address; raynb reaches a cluster there through Ray Jobs, which comes in a "
-            "later release.",
-            fix=f"give the cluster's Ray Client address (ray://{host}:10001) while this kernel's Ray and Python "
-            "match the cluster's",
-        )
+    if scheme != "ray":  # the dashboard's own address: reached through Ray Jobs
+        if dashboard is not None and dashboard.rstrip("/") != address.strip().rstrip("/"):
+            raise UsageError(
+                f"{address} is a dashboard's address, and dashboard_url says another ({dashboard}).",
+                fix="give the dashboard once",
+            )
+        dashboard = address
     if token_file is not None and not Path(token_file).expanduser().is_file():
         raise UsageError(f"No token file at {token_file}.", fix="give the file that holds the cluster's Ray token")
     if dashboard is None:

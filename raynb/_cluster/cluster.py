@@ -11,14 +11,13 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from .._client import cluster_side
+from .._client import side, use
 from .._current import at_exit as _at_exit
 from .._current import clear_current, current, resolve_settings, set_current, warm_group
 from .._settings import Settings
-from .._shared.worker_env import job_env, launcher_env
 from ..errors import KubeError, NotConnectedError, UsageError, not_connected
 from . import address as address_backend
-from . import embedded, kubernetes, session
+from . import connection, embedded, kubernetes, session
 from . import embedded_head as head_proc
 from .backend import Say
 from .browser_link import dashboard_link
@@ -43,6 +42,8 @@ class Cluster:
         self.owned = owned
         self.address = "(not connected)"
         self.dashboard_url: str | None = None
+        #: how this kernel reaches the cluster, and why (``status`` says it)
+        self.reached: str | None = None
 
     @property
     def kind(self) -> BackendKind:
@@ -82,41 +83,31 @@ class Cluster:
         return c
 
     def connect(self, progress: Say | None = None) -> Cluster:
+        """Reach the cluster: through Ray Client where the kernel's Python and Ray are the cluster's, else (or when
+        the ``connect_via`` setting says so) through Ray Jobs and raynb's agent (``connection.py``)."""
         say = progress or (lambda _m: None)
         self.address, self.dashboard_url = self.backend.reach(say)
-        session.connect(
-            self.address,
-            token_path=self.backend.token_path(),
-            dashboard_url=self.dashboard_url,
-            runtime_env={"env_vars": job_env(), **self.backend.runtime_env()},
-            timeout=self.settings.connect_timeout_s,
-            reconnect_grace_s=self.settings.client_reconnect_grace_s,
-            progress=progress,
-        )
-        cluster_side.prewarm(
-            launcher_env(self.settings.health_check_interval_s)
-        )  # the first %%raytrain then starts as fast as a bare fit()
+        self.reached = connection.connect(self.backend, self.settings, self.address, self.dashboard_url, say)
         return self
 
     @property
     def connected(self) -> bool:
-        return session.is_connected()
+        return side().connected()
 
     def status(self) -> ClusterStatus:
-        import ray
-
         kube_st, cost = self.backend.kube_status(), self.backend.hourly_cost()
-        if not ray.is_initialized():
+        if not side().connected():
             if kube_st is not None:
                 return ClusterStatus(self.name, self.kind, self.address, self.dashboard(), kube=kube_st, cost=cost)
             raise not_connected()
+        now = side().resources()
         nodes = []
-        for n in ray.nodes():
-            res = n.get("Resources", {})
+        for n in now["nodes"]:
+            res = n.get("Resources") or {}
             nodes.append(
                 NodeInfo(
-                    node_id=n.get("NodeID", ""),
-                    address=n.get("NodeManagerAddress", ""),
+                    node_id=n.get("NodeID") or "",
+                    address=n.get("NodeManagerAddress") or "",
                     alive=bool(n.get("Alive")),
                     is_head=bool(res.get("node:__internal_head__")),
                     cpus=res.get("CPU", 0.0),
@@ -130,11 +121,12 @@ class Cluster:
             self.address,
             self.dashboard(),
             nodes,
-            dict(ray.cluster_resources()),
-            dict(ray.available_resources()),
+            dict(now["total"]),
+            dict(now["available"]),
             kube=kube_st,
             warm=None if (group := warm_group()) is None else group.line(),
             cost=cost,
+            reached=self.reached,
         )
 
     def logs(self, which: str = "head", *, tail: int = 200) -> str:
@@ -148,23 +140,30 @@ class Cluster:
     def down(self, *, force: bool = False, progress: Say | None = None) -> None:
         """Disconnect and stop the cluster: the embedded head and every process it started, or the RayCluster and its
         pods (waits until they are gone). Refused while runs go on there, unless ``force`` (they stop with it)."""
-        going = cluster_side.active_runs() if session.is_connected() else []
+        going = side().active_runs() if side().connected() else []
         if going and not force:
             raise UsageError(
                 f"{len(going)} run(s) still going on this cluster: {', '.join(going)}.",
                 fix="stop them (`%raytrain stop NAME`), or `%raycluster down --force` to stop the cluster and them",
             )
-        cluster_side.drop_spare()
-        session.disconnect()
+        self._leave()
         self.backend.down(progress or print, force=force)
         clear_current(self)
 
     def disconnect(self) -> None:
         """Leave the cluster running (and its runs); close this kernel's connection and port-forwards."""
-        cluster_side.drop_spare()
-        session.disconnect()
+        self._leave()
         self.backend.disconnect()
         clear_current(self)
+
+    def _leave(self) -> None:
+        """This kernel's part of the connection goes: its spare launcher, its Ray Client session."""
+        try:
+            if side().connected():
+                side().drop_spare()
+        finally:
+            use(None)
+            session.disconnect()
 
     def dashboard(self) -> str | None:
         """The dashboard as this user's browser opens it (through jupyter-server-proxy where the browser is not on
@@ -213,8 +212,10 @@ def _at_kernel_exit() -> None:
     """Runs go on (they belong to the cluster); the warm spare, made for this kernel's next cell, goes."""
     c = current_cluster()
     try:
-        cluster_side.drop_spare()
-        session.disconnect()
+        if c is not None:
+            c._leave()
+        else:
+            session.disconnect()
     finally:
         if c is not None:
             c.backend.at_kernel_exit()
@@ -242,6 +243,7 @@ def up(
     address: str | None = None,
     token_file: str | None = None,
     dashboard_url: str | None = None,
+    via: str | None = None,
     settings: Settings | None = None,
     progress: Say | None = None,
 ) -> Cluster:
@@ -259,7 +261,9 @@ def up(
 
     ``raynb.up(address="ray://HOST:10001")`` connects to a cluster raynb did not start (``token_file``: its Ray token,
     else Ray's own ``RAY_AUTH_TOKEN``/``RAY_AUTH_TOKEN_PATH``; ``dashboard_url``: its dashboard, else
-    ``http://HOST:8265`` when it answers there). ``down`` on it only disconnects: it is not raynb's to stop."""
+    ``http://HOST:8265`` when it answers there). Where this kernel's Python or Ray is not the cluster's, raynb
+    reaches it through Ray Jobs instead (``address="http://HOST:8265"`` always does; ``via="client"`` or ``"jobs"``
+    forces one). ``down`` on it only disconnects: it is not raynb's to stop."""
     kube_args = any(a is not None for a in (values, set, template, context, namespace, kubeconfig))
     say = progress or print
     backend: Backend
@@ -270,7 +274,7 @@ def up(
                 "kubeconfig start one.",
                 fix="give either the address or what to start",
             )
-        settings = settings or resolve_settings({"connect_timeout_s": timeout})
+        settings = settings or resolve_settings({"connect_timeout_s": timeout, "connect_via": via})
         backend = address_backend.up(address, token_file=token_file, dashboard=dashboard_url, say=say)
         return _connected(Cluster(backend, settings=settings), connect, say)
     if token_file is not None or dashboard_url is not None:
@@ -283,7 +287,12 @@ def up(
         )
     if local is False or kube_args:
         settings = settings or resolve_settings(
-            {"kube_start_timeout_s": timeout, "kube_context": context, "kube_namespace": namespace}
+            {
+                "kube_start_timeout_s": timeout,
+                "kube_context": context,
+                "kube_namespace": namespace,
+                "connect_via": via,
+            }
         )
         backend = kubernetes.up(
             values,
@@ -304,6 +313,7 @@ def up(
                 "local_dashboard": dashboard,
                 "local_auth": auth,
                 "start_timeout_s": timeout,
+                "connect_via": via,
             }
         )
         backend = embedded.up(settings, say)

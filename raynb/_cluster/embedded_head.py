@@ -276,7 +276,10 @@ def start_head(
             )
         )
         log = open(d / "head.log", "wb")  # noqa: SIM115 - handed to the child
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        # the head's `python` is this one, as in an activated venv: a Ray Job's entrypoint (raynb's agent) runs
+        # `python -m ...` through the shell, and must find this Ray, not the system's Python
+        path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PATH": path}
         proc = subprocess.Popen(
             [sys.executable, "-m", "raynb._cluster.head_supervisor", "supervise", str(d)],
             stdin=subprocess.DEVNULL,

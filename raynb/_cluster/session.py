@@ -18,10 +18,18 @@ from pathlib import Path
 from typing import Any
 
 from .._client import handles
-from ..errors import ConnectError
+from ..errors import ConnectError, VersionMismatchError
 from .log_filter import LineFilter
 
-__all__ = ["connect", "disconnect", "is_connected", "check_versions", "auth_preflight", "dashboard_get"]
+__all__ = [
+    "connect",
+    "disconnect",
+    "is_connected",
+    "check_versions",
+    "auth_preflight",
+    "dashboard_get",
+    "jobs_token",
+]
 
 
 def _filter_known_noise() -> None:
@@ -96,6 +104,28 @@ def _token_in_use() -> str | None:
         return path.read_text().strip() or None
     except OSError:
         return None
+
+
+def jobs_token(dashboard_url: str, token_path: str | None) -> str | None:
+    """The token for the dashboard's Jobs API: ``token_path``'s, else where the dashboard asks for one, Ray's own
+    (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token); None where it asks for none."""
+    if token_path:
+        return Path(token_path).read_text().strip() or None
+    mode = (dashboard_get(dashboard_url, "/api/authentication_mode", 5.0) or {}).get("authentication_mode")
+    if mode != "token":
+        return None
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return os.environ["RAY_AUTH_TOKEN"]
+    path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
+    try:
+        return path.read_text().strip() or None
+    except OSError:
+        raise ConnectError(
+            "The cluster's dashboard requires Ray's token, and this kernel has none.",
+            saw=f"{dashboard_url}/api/authentication_mode answered 'token'; no RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or "
+            "~/.ray/auth_token here",
+            fix="give the token's file (--token-file / token_file=) or set RAY_AUTH_TOKEN, then run the cell again.",
+        ) from None
 
 
 def dashboard_get(
@@ -220,7 +250,7 @@ def check_versions(server_ray: str, server_python: str, *, where: str = "the clu
         problems.append(f"Python {here_py} here vs {server_python} on {where}")
     if problems:
         py = ".".join(server_python.split(".")[:2]) if server_python else here_py
-        raise ConnectError(
+        raise VersionMismatchError(
             "This notebook's environment does not match the cluster image, so Ray Client cannot connect.",
             saw="; ".join(problems),
             fix=f"make a kernel that matches: `conda env create -f environment.yml && conda activate raynb && "

@@ -40,6 +40,8 @@ class ClusterStatus:
     warm: str | None = None
     #: what the GPU nodes cost per hour (Kubernetes clusters whose instance type has a price in the presets)
     cost: HourlyCost | None = None
+    #: how this kernel reaches the cluster and why ("through Ray Jobs: kernel 3.12 / Ray 2.55.1, cluster ...")
+    reached: str | None = None
 
     @property
     def cpus(self) -> float:

@@ -47,7 +47,8 @@ class Launcher:
 
     def fit(self, payload: bytes, config: dict[str, Any], spec: dict[str, Any], sink: Any) -> dict[str, Any]:
         """``spec["trainer_kwargs"]``: ScalingConfig, RunConfig (worker env inside) and the user's other Ray Train
-        objects, merged in the notebook (``_runs/trainer_config.py``). The outcome goes to the run registry whether or
+        objects, merged in the notebook (``_runs/trainer_config.py``), or ``{"plain": ...}``, their description as
+        data where the kernel's Ray is not the cluster's. The outcome goes to the run registry whether or
         not a kernel is listening."""
         import ray
 
@@ -71,7 +72,10 @@ class Launcher:
 
             run_on_worker(payload, cfg, sink, info)
 
-        trainer = TorchTrainer(train_loop_per_worker, train_loop_config=config, **spec["trainer_kwargs"])
+        kwargs = spec["trainer_kwargs"]
+        if "plain" in kwargs:  # sent as data (the Ray Jobs path): made here, with the cluster's Ray
+            kwargs = trainer_kwargs_from(kwargs["plain"])
+        trainer = TorchTrainer(train_loop_per_worker, train_loop_config=config, **kwargs)
         t0 = time.time()
         try:
             result = trainer.fit()
@@ -92,6 +96,23 @@ class Launcher:
             "checkpoint": getattr(ckpt, "path", None),
             "path": getattr(result, "path", None),
         }
+
+
+def trainer_kwargs_from(plain: dict[str, Any]) -> dict[str, Any]:
+    """``TorchTrainer``'s keyword arguments from their plain description (``_runs/trainer_config.plain_trainer``)."""
+    from ray.train import FailureConfig, LoggingConfig, RunConfig, ScalingConfig
+
+    scaling = ScalingConfig(
+        num_workers=plain["workers"], use_gpu=plain["gpu"], resources_per_worker=plain["resources_per_worker"]
+    )
+    run = RunConfig(
+        name=plain["name"],
+        storage_path=plain["storage_path"],
+        failure_config=FailureConfig(max_failures=plain["max_failures"]),
+        logging_config=LoggingConfig(log_level=plain["log_level"]),
+        worker_runtime_env={"env_vars": dict(plain["worker_env"])},
+    )
+    return {"scaling_config": scaling, "run_config": run}
 
 
 class _Lease:

@@ -17,6 +17,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from .._shared.cell_code import build, is_packed
 from . import report as metrics
 from .gpu_sampler import GpuSampler
 
@@ -172,7 +173,8 @@ def _patch_train_report(rep: metrics.Reporter, *, fast: bool = True) -> Callable
 
 
 def run_on_worker(payload: bytes, config: dict[str, Any], sink: Any, info: dict[str, Any]) -> None:
-    """Unpickle the cell's function and run it as this rank, reporting to ``sink``."""
+    """Make the cell's function (unpickled, or built from its source: ``_shared/cell_code.py``) and run it as this
+    rank, reporting to ``sink``."""
     import ray
     import ray.train
     from ray import cloudpickle
@@ -209,7 +211,7 @@ def run_on_worker(payload: bytes, config: dict[str, Any], sink: Any, info: dict[
     t0 = time.time()
     nccl = NcclWatcher(sink, rank, info)
     try:
-        fn = cloudpickle.loads(payload)
+        fn = build(payload) if is_packed(payload) else cloudpickle.loads(payload)
         fn(config)
     except BaseException as e:
         nccl.close()

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .._client import cluster_side as side
+from .._client import side
 from .._current import resolve_settings
 from .._shared.seam import ACTIVE, RunChannel
 from ..display.tables import table
@@ -25,16 +25,14 @@ _COLUMNS = ("name", "status", "step", "workers", "started", "last report", "star
 
 
 def _connected() -> None:
-    import ray
-
-    if not ray.is_initialized():
+    if not side().connected():
         raise not_connected()
 
 
 def _found(name: str) -> tuple[dict[str, Any], RunChannel]:
     """The registry's entry for run ``name`` and a channel to it; the error a person reads when there is none."""
     _connected()
-    found = side.find_run(name)
+    found = side().find_run(name)
     if found is None:
         raise _unknown(name)
     return found
@@ -92,14 +90,12 @@ class RunList:
 def runs() -> RunList:
     """The runs on the connected cluster: running ones and finished ones not yet removed, newest first."""
     _connected()
-    return RunList(sorted(side.list_runs(), key=lambda r: -r["started"]))
+    return RunList(sorted(side().list_runs(), key=lambda r: -r["started"]))
 
 
 def active_runs() -> list[str]:
     """Names of the runs going on on the connected cluster (none when not connected)."""
-    import ray
-
-    return side.active_runs() if ray.is_initialized() else []
+    return side().active_runs() if side().connected() else []
 
 
 def _unknown(name: str) -> UsageError:
@@ -108,7 +104,7 @@ def _unknown(name: str) -> UsageError:
     known = runs().names()
     saw = "runs here: " + (", ".join(known) if known else "none")
     seen = recall(name)
-    head_since = side.head_started_at()
+    head_since = side().head_started_at()
     if seen is not None and head_since is not None and seen["started"] < head_since:
         where = run_dir(seen["storage_path"] or "~/ray_results on the head (Ray default)", name)
         return UsageError(
@@ -166,7 +162,7 @@ def stop_run(name: str) -> str:
 def remove_run(name: str) -> str:
     """Remove a finished run from the cluster: its entry and its metrics history."""
     _connected()
-    info = side.remove_run(name)
+    info = side().remove_run(name)
     if info is None:
         raise _unknown(name)
     if info["status"] in ACTIVE:

@@ -11,18 +11,19 @@ from __future__ import annotations
 import ast
 import inspect
 import os
+import pickle
 import sys
 import sysconfig
+import textwrap
 import types
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from .._shared.cell_code import FUNCTION_NAME, pack, wrap
 from ..errors import CaptureError, CellSyntaxError, UndefinedNameError
 
-__all__ = ["compile_cell", "serialize", "untravelable", "modules_beside", "FUNCTION_NAME"]
-
-FUNCTION_NAME = "train_loop_per_worker"
+__all__ = ["compile_cell", "serialize", "pack_portable", "untravelable", "modules_beside", "FUNCTION_NAME"]
 
 
 def compile_cell(
@@ -39,40 +40,9 @@ def compile_cell(
     a cell that reads a name nobody defines (a typo would otherwise surface on every worker after their start-up).
     """
     try:
-        tree = ast.parse(source, filename=filename, mode="exec")
+        fcode = wrap(source, filename=filename, first_line=first_line)
     except SyntaxError as e:
         raise _syntax_error(e, source, first_line) from None
-    ast.increment_lineno(tree, first_line - 1)
-    args = ast.arguments(
-        posonlyargs=[],
-        args=[ast.arg(arg="config")],
-        vararg=None,
-        kwonlyargs=[],
-        kw_defaults=[],
-        kwarg=None,
-        defaults=[],
-    )
-    fdef = ast.FunctionDef(
-        name=FUNCTION_NAME,
-        args=args,
-        body=tree.body or [ast.Pass()],
-        decorator_list=[],
-        returns=None,
-        type_comment=None,
-        lineno=max(first_line - 1, 1),
-        col_offset=0,
-    )
-    if sys.version_info >= (3, 12):
-        fdef.type_params = []
-    module = ast.Module(body=[fdef], type_ignores=[])
-    ast.fix_missing_locations(module)
-    try:
-        code = compile(module, filename, "exec", dont_inherit=True)
-    except SyntaxError as e:  # e.g. a `nonlocal` with nothing to bind: only the compiler sees it
-        if e.lineno is not None:
-            e.lineno -= first_line - 1
-        raise _syntax_error(e, source, first_line) from None
-    fcode = next(c for c in code.co_consts if isinstance(c, types.CodeType) and c.co_name == FUNCTION_NAME)
     if fcode.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
         raise CellSyntaxError(
             "A %%raytrain cell cannot contain `yield` or top-level `await`: it becomes a plain function.",
@@ -91,6 +61,7 @@ def compile_cell(
             )
     fn = types.FunctionType(fcode, namespace, FUNCTION_NAME)
     fn.__qualname__ = FUNCTION_NAME
+    fn._raynb_cell = (source, filename, first_line)  # type: ignore[attr-defined]  # what pack_portable sends
     return fn
 
 
@@ -165,6 +136,112 @@ def serialize(fn: Callable[..., Any], pickler: Any = None) -> bytes:
             fix="create such objects inside the cell (each worker makes its own), or pass the plain values "
             "they need through --config.",
         ) from None
+
+
+def pack_portable(fn: Callable[..., Any]) -> bytes:
+    """``fn`` as source and plain data (``_shared/cell_code.py``), for a cluster on another Python: a cell's body as
+    it was compiled, else the function's ``def``; the notebook globals it reads -- modules by name, functions and
+    classes defined in the notebook by their source (and what those read, in turn), other values as plain pickles.
+    What cannot travel so is named, as :func:`serialize` does."""
+    cell = getattr(fn, "_raynb_cell", None)
+    if cell is not None:
+        (source, filename, first_line), kind, name = cell, "cell", FUNCTION_NAME
+    else:
+        if getattr(fn, "__closure__", None):
+            raise CaptureError(
+                f"`{fn.__name__}` reads variables of the function it was defined in; through Ray Jobs a function "
+                "travels as its source, which cannot take them along.",
+                fix="define the function at the top level of a cell (or module), passing values through config",
+            )
+        try:
+            source = textwrap.dedent(inspect.getsource(fn))
+        except (OSError, TypeError):
+            raise CaptureError(
+                f"The source of `{getattr(fn, '__name__', fn)}` cannot be read; through Ray Jobs a function "
+                "travels as its source.",
+                fix="define it in a notebook cell or a .py file (not by exec or a lambda), or use a %%raytrain cell",
+            ) from None
+        kind, name = "def", fn.__name__
+        filename, first_line = fn.__code__.co_filename, fn.__code__.co_firstlineno
+    modules: dict[str, str] = {}
+    definitions: dict[str, str] = {}
+    values: dict[str, bytes] = {}
+    culprits: list[str] = []
+    g = fn.__globals__
+    todo = sorted(_referenced_names(fn.__code__))
+    seen: set[str] = {name} if kind == "def" else set()
+    while todo:
+        n = todo.pop(0)
+        if n in seen or n not in g:
+            continue
+        seen.add(n)
+        v = g[n]
+        if isinstance(v, types.ModuleType):
+            modules[n] = v.__name__
+        elif isinstance(v, (types.FunctionType, type)) and getattr(v, "__module__", None) == g.get("__name__"):
+            found = _source_of(v)
+            if found is None:
+                culprits.append(f"`{n}` (its source cannot be read)")
+                continue
+            definitions[n] = found
+            todo += sorted(_names_read(found))
+        elif type(v).__module__ == g.get("__name__"):
+            culprits.append(f"`{n}` (an object of a class defined in the notebook)")
+        else:
+            try:
+                blob = pickle.dumps(v, protocol=4)
+            except Exception as e:  # noqa: BLE001 - named below
+                culprits.append(f"`{n}` ({type(v).__module__}.{type(v).__qualname__}: {e})")
+                continue
+            if b"__main__" in blob:
+                culprits.append(f"`{n}` (an object of a class defined in the notebook)")
+                continue
+            values[n] = blob
+    if culprits:
+        raise CaptureError(
+            "Through Ray Jobs the cell travels as source and plain data; these notebook globals cannot: "
+            + ", ".join(culprits),
+            saw="modules travel by name, the notebook's functions and classes by their source, other values as "
+            "pickles of plain data",
+            fix="create such objects inside the cell (each worker makes its own), or pass plain values through "
+            "--config.",
+        )
+    return pack(
+        kind,  # type: ignore[arg-type]
+        source,
+        name=name,
+        filename=filename,
+        first_line=first_line,
+        modules=modules,
+        definitions=dict(reversed(definitions.items())),  # what a definition reads is defined before it
+        values=values,
+    )
+
+
+def _source_of(obj: Any) -> str | None:
+    """The source of a function or class defined in the notebook. Before Python 3.13 ``inspect`` cannot find a
+    notebook class's (it looks in ``__main__``'s file); its methods know their cell, and the class is found there."""
+    try:
+        return textwrap.dedent(inspect.getsource(obj))
+    except (OSError, TypeError):
+        pass
+    import linecache
+
+    for member in vars(obj).values() if isinstance(obj, type) else ():
+        code = getattr(inspect.unwrap(member) if callable(member) else member, "__code__", None)
+        if code is None or not (lines := linecache.getlines(code.co_filename)):
+            continue
+        text = "".join(lines)
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef) and node.name == obj.__name__:
+                end = node.end_lineno or node.lineno
+                if node.lineno <= code.co_firstlineno <= end:
+                    return textwrap.dedent("".join(lines[node.lineno - 1 - len(node.decorator_list) : end]))
+    return None
+
+
+def _names_read(source: str) -> set[str]:
+    return {n.id for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
 
 
 def untravelable(values: dict[str, Any], pickler: Any) -> list[str]:

@@ -24,12 +24,13 @@ def check_resources(
     three: asked from the connected cluster). Returns what to tell the user when the run fits only once the cluster
     has grown (None: it fits now)."""
     if total is None:
-        import ray
+        from .._client import side
 
-        if not ray.is_initialized():
+        if not side().connected():
             raise not_connected()
-        total = ray.cluster_resources()
-        nodes = [dict(n.get("Resources") or {}) for n in ray.nodes() if n.get("Alive")]
+        now = side().resources()
+        total = now["total"]
+        nodes = [dict(n.get("Resources") or {}) for n in now["nodes"] if n.get("Alive")]
         cl = current()
         grows_to = cl.backend.grows_to() if cl is not None else None
     need_cpu = workers * cpus_per_worker

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Generator
 from typing import Any, Literal
 
-from .._client import cluster_side as side
+from .._client import side
 from .._settings import Settings
 from .._shared.run_spec import RunSpec
 from .._shared.seam import RunChannel
@@ -231,7 +231,7 @@ class Run:
         self.started_at = time.time()
         self.status = "starting"
         info = {"spec": self.spec.summary(), "user": f"{getpass.getuser()}@{socket.gethostname()}"}
-        self._channel = side.start_run(self.name, info, launcher_env(self.settings.health_check_interval_s))
+        self._channel = side().start_run(self.name, info, launcher_env(self.settings.health_check_interval_s))
         remember(self.name, self.started_at, self.spec.storage_path)
         spec = {
             "name": self.name,
@@ -348,7 +348,7 @@ class Run:
             self.status = "succeeded"
         self.result = out
         # The launcher and sink belong to the cluster: the registry ends the launcher, the sink keeps the history.
-        side.prewarm(launcher_env(self.settings.health_check_interval_s))  # the next cell finds a warm launcher
+        side().prewarm(launcher_env(self.settings.health_check_interval_s))  # the next cell finds a warm launcher
         self._mark_ended()
 
     def abort(self, timeout: float = 5.0) -> None:
@@ -364,7 +364,7 @@ class Run:
         self.ended_at = time.time()
         self.status = "aborted"
         self.aborted_at_step = max(step, self.step)
-        side.prewarm(launcher_env(self.settings.health_check_interval_s))
+        side().prewarm(launcher_env(self.settings.health_check_interval_s))
         self._mark_ended()
 
     def _mark_ended(self) -> None:

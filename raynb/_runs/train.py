@@ -15,16 +15,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._client import cluster_side as side
+from .._client import side
 from .._current import current, resolve_settings
 from .._settings import Settings
 from .._shared.worker_env import worker_env
 from ..errors import UsageError
-from .cell import large_payload_note, largest_globals, modules_beside, serialize
+from .cell import large_payload_note, largest_globals, modules_beside, pack_portable, serialize
 from .resources import check_resources
 from .run import Run, RunSpec, set_active
 from .storage import check_reachable_by_every_node
-from .trainer_config import shape_of, trainer_kwargs, user_run_name
+from .trainer_config import plain_trainer, shape_of, trainer_kwargs, user_run_name
 
 if TYPE_CHECKING:
     from ..display import LiveView
@@ -49,6 +49,8 @@ LARGE_PAYLOAD = 64 * 2**20
 
 
 def _payload_of(fn: Callable[..., Any], here: str) -> bytes:
+    if side().via != "client":  # code objects do not cross to another Python: source and plain data do
+        return pack_portable(fn)
     _register_modules_beside(here)
     payload = serialize(fn)
     cl = current()
@@ -108,27 +110,36 @@ def _start_payload(
         raise UsageError(
             f"The run name is given twice: {name!r} and RunConfig.name {user_name!r}.", fix="give the name once"
         )
-    name = side.free_name(name or user_name or default_run_name(), given=bool(name or user_name))
+    name = side().free_name(name or user_name or default_run_name(), given=bool(name or user_name))
     user_env = {**(worker_env_extra or {}), **(env or {})}
     cl = current()
     expect_efa, gdr_expected = cl.backend.efa_expected() if cl is not None else (False, None)
     leases_dir = cl.backend.run_leases_dir() if cl is not None else None
     env_vars = worker_env(settings.nccl, name, strict_efa=settings.strict_efa, user_env=user_env)
-    kwargs = trainer_kwargs(
-        name=name,
-        workers=settings.workers,
-        gpu=settings.gpu,
-        cpus_per_worker=settings.cpus_per_worker,
-        worker_env=env_vars,
-        storage_path=settings.storage_path,
-        max_failures=settings.max_failures,
-        **ray_objects,
-    )
+    shape: dict[str, Any] = {
+        "name": name,
+        "workers": settings.workers,
+        "gpu": settings.gpu,
+        "cpus_per_worker": settings.cpus_per_worker,
+    }
+    if side().via == "client":
+        kwargs = trainer_kwargs(
+            **shape,
+            worker_env=env_vars,
+            storage_path=settings.storage_path,
+            max_failures=settings.max_failures,
+            **ray_objects,
+        )
+        storage_path, max_failures = kwargs["run_config"].storage_path, kwargs["run_config"].failure_config.max_failures
+    else:  # Ray's objects do not cross to another Ray: described as data, made on the cluster
+        kwargs = plain_trainer(
+            **shape, worker_env=env_vars, storage_path=settings.storage_path, max_failures=settings.max_failures,
+            **ray_objects,
+        )  # fmt: skip
+        storage_path, max_failures = settings.storage_path, settings.max_failures
     if cl is not None:  # before any worker starts: checkpoints stranded on one node fail only after every step
         nodes, shared = cl.backend.storage_reach()
-        check_reachable_by_every_node(
-            kwargs["run_config"].storage_path, nodes=nodes, shared_mounts=shared, checkpoints=settings.checkpoints
-        )
+        check_reachable_by_every_node(storage_path, nodes=nodes, shared_mounts=shared, checkpoints=settings.checkpoints)
     spec = RunSpec(
         workers=settings.workers,
         gpu=settings.gpu,
@@ -136,7 +147,7 @@ def _start_payload(
         config=dict(config or {}),
         name=name,
         worker_env=env_vars,
-        storage_path=kwargs["run_config"].storage_path,
+        storage_path=storage_path,
         cell_file=cell_file,
         cell_source=cell_source,
         cwd=cwd,
@@ -145,7 +156,7 @@ def _start_payload(
         gdr_expected=gdr_expected,
         trainer_kwargs=kwargs,
         leases_dir=leases_dir,
-        max_failures=kwargs["run_config"].failure_config.max_failures,
+        max_failures=max_failures,
         usd_per_hour=_usd_per_hour(),
     )
     run = Run(spec, settings)

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import UsageError
 
-__all__ = ["shape_of", "trainer_kwargs", "user_run_name"]
+__all__ = ["shape_of", "trainer_kwargs", "plain_trainer", "user_run_name"]
 
 #: The name Ray Train gives a RunConfig created without one (``ray_train_run-<date>_<time>``): not the user's.
 _RAY_DEFAULT_NAME = re.compile(r"^ray_train_run-\d{4}-\d\d-\d\d_")
@@ -133,3 +133,42 @@ def trainer_kwargs(
     if dataset_config is not None:
         kwargs["dataset_config"] = dataset_config
     return kwargs
+
+
+def plain_trainer(
+    *,
+    name: str,
+    workers: int,
+    gpu: bool,
+    cpus_per_worker: float,
+    worker_env: Mapping[str, str],
+    storage_path: str | None,
+    max_failures: int,
+    train_log_level: str = "WARNING",
+    **ray_objects: Any,
+) -> dict[str, Any]:
+    """raynb's defaults for ``TorchTrainer`` as plain data, made into Ray's objects on the cluster (the launcher's
+    ``trainer_kwargs_from``): the Ray Jobs path, where the kernel's Ray is not the cluster's and Ray's own objects
+    cannot cross. A user's Ray Train objects cannot either, so they are refused here, naming them."""
+    given = sorted(k for k, v in ray_objects.items() if v is not None)
+    if given:
+        raise UsageError(
+            f"Ray Train objects ({', '.join(given)}) cannot travel through Ray Jobs: this kernel's Ray is not the "
+            "cluster's.",
+            fix="give their values through raynb's own arguments (workers=, gpu=, cpus_per_worker=, max_failures=, "
+            "the storage path), or make them inside the training function",
+        )
+    resources: dict[str, float] = {"CPU": cpus_per_worker}
+    if gpu:
+        resources["GPU"] = 1
+    plain = {
+        "name": name,
+        "workers": workers,
+        "gpu": gpu,
+        "resources_per_worker": resources,
+        "storage_path": storage_path,
+        "max_failures": max_failures,
+        "log_level": train_log_level,
+        "worker_env": dict(worker_env),
+    }
+    return {"plain": plain}

@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Any
 
-from .._client import cluster_side as side
+from .._client import side
 from .._current import hold_warm, resolve_settings, warm_group
 from .._settings import Settings
 from ..display.run_view import clock
@@ -55,7 +55,7 @@ class WarmGroup:
 
         self.shape, self.settings, self.idle_s = shape, settings, idle_s
         self.started = time.time()
-        self.mailbox = side.open_warm(shape.workers, idle_s)
+        self.mailbox = side().open_warm(shape.workers, idle_s)
         self.run_obj: Run = train._start_payload(
             serialize(warm_loop),
             settings,
@@ -289,12 +289,10 @@ def _cell_error(failed: list[tuple[int, dict[str, Any]]], cell: dict[str, Any], 
 def _check_free(shape: Shape) -> None:
     """Refuse at once when what the group needs is held by other runs right now (another kernel's warm group,
     say), naming them and who started them, instead of waiting for resources that may never come."""
-    import ray
-
     from ..errors import InsufficientResourcesError
     from .catalog import runs
 
-    free = ray.available_resources()
+    free = side().resources()["available"]
     key, need = ("GPU", shape.workers) if shape.gpu else ("CPU", shape.workers * shape.cpus_per_worker)
     if free.get(key, 0.0) + 1e-9 >= need:
         return
@@ -323,10 +321,15 @@ def warm(
 ) -> WarmGroup:
     """This kernel's warm group, started with this shape if none is up. A different shape is refused with the way
     to restart (``raynb.warm().stop()``); a group holds its workers (and GPUs) until it ends."""
-    import ray
-
-    if not ray.is_initialized():
+    if not side().connected():
         raise not_connected()
+    if side().via != "client":
+        raise UsageError(
+            "Warm cells reach the cluster through Ray Client; this kernel reaches it through Ray Jobs (its Python or "
+            "Ray differs from the cluster's), where warm groups come in a later release.",
+            fix="run the cell without --warm (each run starts its own workers), or use a kernel with the cluster's "
+            "Python and Ray",
+        )
     settings = settings or resolve_settings({"workers": workers, "gpu": gpu, "cpus_per_worker": cpus_per_worker})
     shape = Shape(settings.workers, settings.gpu, settings.cpus_per_worker)
     group = current_warm()

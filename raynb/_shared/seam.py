@@ -2,10 +2,10 @@
 ``RunChannel``, a warm group's ``WarmChannel``), and the names both sides agree on (where raynb's detached actors live,
 what the registry keeps). Standard library only.
 
-Kernel code types against these Protocols; ``_client/`` is their one implementation, over Ray Client handles (mypy
-holds it to them: ``_client/__init__.py``). What crosses is plain data -- dicts, lists, bytes, the pickled picture --
-so a second implementation (Ray Jobs, where the kernel's Python and Ray differ from the cluster's) fits the same
-calls."""
+Kernel code types against these Protocols; ``_client/`` implements them twice (mypy holds both to them:
+``_client/__init__.py``): over Ray Client handles, and over HTTP to raynb's agent on the head (Ray Jobs, where the
+kernel's Python and Ray differ from the cluster's). What crosses is plain data -- dicts, lists, bytes, the pickled
+picture -- so both fit the same calls."""
 
 from __future__ import annotations
 
@@ -95,6 +95,17 @@ class WarmChannel(Protocol):
 
 class ClusterSide(Protocol):
     """Everything the kernel asks of raynb's side of the connected cluster."""
+
+    #: how this kernel reaches the cluster: "client" (Ray Client; code objects cross) or "jobs" (HTTP to raynb's
+    #: agent; a cell crosses as source and plain data)
+    via: str
+
+    def connected(self) -> bool: ...
+
+    def resources(self) -> dict[str, Any]:
+        """``{"total": {...}, "available": {...}, "nodes": [{"NodeID", "NodeManagerAddress", "Alive",
+        "Resources"}, ...]}``: the cluster's resources now, as plain data."""
+        ...
 
     def prewarm(self, env: Mapping[str, str]) -> None:
         """Make the registry, and a launcher and sink ready for the next run (``env``: the launcher's)."""

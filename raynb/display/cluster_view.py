@@ -37,6 +37,8 @@ def status_text(st: ViewedStatus) -> str:
         f"  nodes {alive} alive · CPUs {st.available.get('CPU', 0):g}/{st.cpus:g} free · "
         f"GPUs {st.available.get('GPU', 0):g}/{st.gpus:g} free",
     ]
+    if st.reached:
+        lines.append(f"  {st.reached}")
     if st.warm:
         lines.append(f"  {st.warm}")
     for n in st.nodes:
@@ -112,6 +114,7 @@ def status_html(st: ViewedStatus) -> str:
         ray_part = (
             f'<br>CPUs <b>{st.available.get("CPU", 0):g}</b>/{st.cpus:g} free · GPUs '
             f'<b>{st.available.get("GPU", 0):g}</b>/{st.gpus:g} free'
+            + (f'<br><span class="raynb-reached">{html.escape(st.reached)}</span>' if st.reached else "")
             + (f"<br>{html.escape(st.warm)}" if st.warm else "")
             + nodes_t
         )

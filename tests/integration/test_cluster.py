@@ -244,24 +244,64 @@ def test_a_cluster_reached_by_address_is_used_and_left_running(cluster: raynb.Cl
 
 
 OTHER_RAY_SCRIPT = textwrap.dedent("""
-    import json, sys, ray, raynb
-    from raynb.errors import ConnectError
+    import json, sys, urllib.error, urllib.request
+    import ray, raynb
+    from raynb.errors import ConnectError, VersionMismatchError
+
+    def train_fn(config):  # travels as its source: this file is on the kernel's disk only
+        import ray
+        import raynb
+
+        rank = ray.train.get_context().get_world_rank()
+        print(f"rank {rank} runs Ray {ray.__version__}")
+        for step in range(4):
+            raynb.report(step=step, loss=1.0 / (step + 1))
+            if rank == 1 and step == 2:
+                raise ValueError(f"rank {rank} gives up at step {step}")
+
     address, token, dashboard = sys.argv[1:4]
     out = {"ray": ray.__version__}
-    for case, dash in (("dashboard", dashboard), ("ray client", None)):
+    for case, dash, via in (("forced ray client", dashboard, "client"), ("no dashboard", None, None)):
         try:
-            raynb.up(address=address, token_file=token, dashboard_url=dash, progress=lambda m: None)
+            raynb.up(address=address, token_file=token, dashboard_url=dash, via=via, progress=lambda m: None)
             out[case] = "connected"
-        except ConnectError as e:
+        except VersionMismatchError as e:
             out[case] = {"what": e.what, "saw": e.saw, "fix": e.fix}
+    said = []
+    c = raynb.up(address=address, token_file=token, dashboard_url=dashboard, progress=said.append)
+    out["said"], out["status"] = said, c.status().text()
+    run = raynb.train(train_fn, workers=2, display=False)
+    err = run.error
+    out["run"] = {
+        "status": run.status,
+        "steps": sorted({(r["rank"], r["step"]) for r in run.records}),
+        "error": str(err) if err else None,
+        "ranks": err.ranks if err else None,
+        "logs": raynb.run_logs(run.name),
+        "listed": [(r["name"], r["status"]) for r in raynb.runs().rows],
+        "name": run.name,
+    }
+    agent = raynb.current().status().reached.rsplit(" ", 1)[-1]
+    try:
+        urllib.request.urlopen(urllib.request.Request(agent + "/raynb/v1/list_runs", data=b"{}", method="POST"))
+        out["no secret"] = "answered"
+    except urllib.error.HTTPError as e:
+        out["no secret"] = e.code
+    raynb.down(progress=said.append)
+    out["down"] = said[-1]
     print("RESULT " + json.dumps(out))
 """)
+#: runs the script from a file, as a kernel's code is (a function's source is read from its file)
+RUN_FILE = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
 
 
-def test_a_kernel_of_another_ray_is_told_what_to_install(cluster: raynb.Cluster) -> None:
+def test_a_kernel_of_another_ray_trains_through_ray_jobs(cluster: raynb.Cluster, tmp_path: Path) -> None:
     """A kernel with SageMaker Distribution's Ray 2.55.1 (a venv of pip's, raynb from this project) against the
-    session's head: refused before connecting where the dashboard answers, and from Ray Client's own refusal where it
-    does not -- both name the two versions and what to install."""
+    session's 2.58.0 head. Ray Client refuses it -- asked for, or where no dashboard is known -- naming both versions
+    and what to install; given the dashboard, raynb reaches the head through Ray Jobs and its agent instead: a run of
+    a function in the kernel's file trains on the head's Ray, a failing rank is named with the kernel file's line,
+    what the workers printed and the run list come back, the agent refuses a call without its secret, and ``down``
+    only disconnects."""
     import ray
 
     from tests.other_ray import OTHER_RAY, other_ray_python
@@ -269,17 +309,34 @@ def test_a_kernel_of_another_ray_is_told_what_to_install(cluster: raynb.Cluster)
     head = cluster.backend.head
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "VIRTUAL_ENV"))}
     env["PYTHONPATH"] = str(Path(raynb.__file__).resolve().parents[1])
+    script = tmp_path / "kernel.py"
+    script.write_text(OTHER_RAY_SCRIPT)
     out = script_result(
-        OTHER_RAY_SCRIPT,
-        [cluster.address, head.token_path, head.dashboard_url],
+        RUN_FILE,
+        [str(script), cluster.address, head.token_path, head.dashboard_url],
         env,
-        timeout=300,
+        timeout=400,
         python=str(other_ray_python()),
     )
     here = ray.__version__  # the session head's, as every process of the test venv's
     assert out["ray"] == OTHER_RAY
-    for case in ("dashboard", "ray client"):
-        said = out[case]
-        assert isinstance(said, dict), f"{case}: a Ray {OTHER_RAY} kernel must not connect over Ray Client"
-        assert f"Ray {OTHER_RAY} here vs {here}" in said["saw"], said
-        assert f"ray[client,train,default]=={here}" in said["fix"], said
+    for case in ("forced ray client", "no dashboard"):
+        refused = out[case]
+        assert isinstance(refused, dict), f"{case}: a Ray {OTHER_RAY} kernel must not connect over Ray Client"
+        assert f"Ray {OTHER_RAY} here vs {here}" in refused["saw"], refused
+        assert f"ray[client,train,default]=={here}" in refused["fix"], refused
+    why = f"kernel Ray {OTHER_RAY}, cluster Ray {here}"
+    assert any("through Ray Jobs" in m and why in m for m in out["said"]), out["said"]
+    assert f"/ Ray {OTHER_RAY}, cluster" in out["status"] and "through Ray Jobs: kernel" in out["status"]
+    run = out["run"]
+    assert run["status"] == "failed" and run["ranks"] == [1], run
+    assert [0, 0] in run["steps"] and [1, 2] in run["steps"], run["steps"]
+    lines = [x.strip() for x in OTHER_RAY_SCRIPT.splitlines()]
+    line = 1 + lines.index('raise ValueError(f"rank {rank} gives up at step {step}")')
+    assert "Rank 1 of 2 failed with ValueError: rank 1 gives up at step 2" in run["error"], run["error"]
+    assert f"line {line}" in run["error"], run["error"]
+    assert f"rank 0 runs Ray {here}" in run["logs"] and f"rank 1 runs Ray {here}" in run["logs"], run["logs"]
+    assert (run["name"], "failed") in [tuple(r) for r in run["listed"]]
+    assert out["no secret"] == 401
+    assert out["down"].endswith("raynb did not start that cluster, so it keeps running"), out["down"]
+    assert head.alive()

@@ -11,6 +11,8 @@ from packaging.requirements import Requirement
 
 from raynb._cluster.address import AddressBackend, parse_address
 from raynb._cluster.address import up as address_up
+from raynb._cluster.connection import _choose
+from raynb._settings import Settings
 from raynb.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,10 +40,19 @@ def test_anything_else_is_refused_with_the_two_forms(address: str) -> None:
     assert "ray://HOST:10001" in (e.value.fix or "") and "http://HOST:8265" in (e.value.fix or "")
 
 
-def test_a_dashboard_address_says_what_to_give_until_the_jobs_path_is_there() -> None:
-    with pytest.raises(UsageError) as e:
-        address_up("http://10.0.1.7:8265", token_file=None, dashboard=None, say=print)
-    assert "ray://10.0.1.7:10001" in (e.value.fix or "")
+def test_a_dashboard_address_is_the_dashboard_and_is_reached_through_ray_jobs() -> None:
+    b = address_up("http://10.0.1.7:8265/", token_file=None, dashboard=None, say=print)
+    assert b.address == b.dashboard_url == "http://10.0.1.7:8265"
+    assert _choose(Settings(), b.address, b.dashboard_url) == ("jobs", "a dashboard's address was given")
+    with pytest.raises(UsageError, match="another"):
+        address_up("http://10.0.1.7:8265", token_file=None, dashboard="http://10.0.1.8:8265", say=print)
+    with pytest.raises(UsageError, match="Ray Client needs the cluster's ray:// address"):
+        _choose(Settings(connect_via="client"), b.address, b.dashboard_url)
+
+
+def test_connect_via_jobs_is_taken_as_asked_and_auto_without_a_dashboard_is_ray_client() -> None:
+    assert _choose(Settings(connect_via="jobs"), "ray://10.0.1.7:10001", None) == ("jobs", "connect_via is 'jobs'")
+    assert _choose(Settings(), "ray://10.0.1.7:10001", None)[0] == "client"
 
 
 def test_a_missing_token_file_is_named(tmp_path: Path) -> None:

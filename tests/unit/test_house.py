@@ -162,7 +162,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "raynb._checks": {"raynb.display"},
     "raynb._current": {"raynb._settings", "raynb._shared"},
     "raynb.manifest": {"raynb._identity", "raynb._settings", "raynb.errors"},
-    "raynb._client": {"raynb._shared", "raynb._remote", "raynb.errors"},  # the seam's one implementation
+    "raynb._client": {"raynb._shared", "raynb._remote", "raynb.errors"},  # the seam: Ray Client's, and HTTP's
+    "raynb._agent": {"raynb._shared", "raynb._client", "raynb._remote", "raynb.errors"},  # on the head: a Ray Job
     "raynb._cluster": {"raynb._shared", "raynb.display", *CORE, "raynb.manifest", "raynb._client"},
     "raynb._runs": {"raynb._shared", "raynb.display", *CORE, "raynb._client", "raynb._remote"},
     "raynb._doctor": {
@@ -172,7 +173,10 @@ MAY_IMPORT: dict[str, set[str]] = {
 #: the faces: they may import anything (``raynb/__init__`` at module level only what a worker needs)
 FACES = {"raynb", "raynb.magics", "raynb._magic_args", "raynb.notebook"}
 #: where cluster processes start: each imports only cluster code
-CLUSTER_ENTRIES = [f"raynb._remote.{m}" for m in ("worker", "warm_worker", "launcher", "registry", "sink", "tasks")]
+CLUSTER_ENTRIES = [
+    *(f"raynb._remote.{m}" for m in ("worker", "warm_worker", "launcher", "registry", "sink", "tasks")),
+    "raynb._agent.server",
+]
 KERNEL_ONLY = ("IPython", "ipywidgets", "plotly", "pandas", "traitlets", "kubernetes", "yaml")
 
 
@@ -233,7 +237,8 @@ def test_cluster_processes_load_only_cluster_code() -> None:
     )
     p = subprocess.run([sys.executable, "-c", code, *CLUSTER_ENTRIES], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr[-1500:]
-    ok = ("raynb", "raynb.errors", "raynb.nccl", "raynb._shared", "raynb._remote")
+    # the agent makes the seam's Ray-handle calls on the head (``_client``), as a kernel would over Ray Client
+    ok = ("raynb", "raynb.errors", "raynb.nccl", "raynb._shared", "raynb._remote", "raynb._agent", "raynb._client")
     assert [
         m for m in ast.literal_eval(p.stdout) if m not in ok and not m.startswith(tuple(f"{o}." for o in ok[2:]))
     ] == []

@@ -20,6 +20,7 @@ RENAMED = {
     "kube_namespace": "namespace",
     "overrides": "set",
     "background": "wait",
+    "connect_via": "via",
 }
 #: flags that are the magic's own business (where the cell's result goes, which face, help)
 MAGIC_ONLY = {"help", "out", "k8s", "local", "no_name_check", "command", "warm"}

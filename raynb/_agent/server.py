@@ -1,0 +1,185 @@
+"""The agent's HTTP server: one ``POST /raynb/v1/<op>`` per seam call, JSON in and out (``_shared/wire.py``), each
+call checked against the secret its job carries. It holds a channel per run it was asked about; the runs themselves,
+their launchers and sinks, belong to the cluster (detached actors in the registry) and outlive the agent, so an
+agent started again finds them.
+
+It listens on ``RAYNB_AGENT_PORT`` (8266, beside the dashboard's 8265) where that is free, else on a free port, and
+says which in its log (``LISTENING``), where a kernel reads it through the Jobs API. It ends itself after
+``RAYNB_AGENT_IDLE_S`` without a call while no run goes on."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hmac
+import http.server
+import os
+import pickle
+import platform
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .._client import cluster_side as side
+from .._client.run_channel import RunChannel
+from .._shared.wire import LISTENING, PORT_ENV, PREFIX, SECRET_ENV, dumps, loads
+from ..errors import RaynbError
+
+__all__ = ["Agent", "main", "DEFAULT_PORT"]
+
+DEFAULT_PORT = 8266
+
+
+class Agent:
+    """The seam's calls by name, over the cluster's own Ray."""
+
+    def __init__(self) -> None:
+        self.channels: dict[str, RunChannel] = {}
+        self.outcomes: dict[str, concurrent.futures.Future[tuple[dict[str, Any], float | None]]] = {}
+        self.last_call = time.monotonic()
+        self.ops: dict[str, Callable[..., Any]] = {
+            "hello": self.hello,
+            "resources": side.resources,
+            "prewarm": side.prewarm,
+            "drop_spare": side.drop_spare,
+            "free_name": side.free_name,
+            "start_run": self.start_run,
+            "find_run": self.find_run,
+            "list_runs": side.list_runs,
+            "active_runs": side.active_runs,
+            "remove_run": side.remove_run,
+            "head_started_at": side.head_started_at,
+            "launch": self.launch,
+            "outcome": self.outcome,
+            "entry": lambda name, timeout_s=None: self._channel(name).entry(timeout_s),
+            "stop": lambda name, step=None: self._channel(name).stop(step),
+            "picture": lambda name, version, events_seen, timeout_s: self._channel(name).picture(
+                version, events_seen, timeout_s
+            ),
+            "records": lambda name, cursor, chunk: self._channel(name).records(cursor, chunk),
+            "logs": lambda name, after, rank, tail, timeout_s=None: self._channel(name).logs(
+                after, rank, tail, timeout_s
+            ),
+        }
+
+    def hello(self) -> dict[str, Any]:
+        import ray
+
+        return {"python": platform.python_version(), "ray": ray.__version__, "node": socket.gethostname()}
+
+    def start_run(self, name: str, info: dict[str, Any], launcher_env: Mapping[str, str]) -> None:
+        self.channels[name] = side.start_run(name, info, launcher_env)
+
+    def find_run(self, name: str) -> dict[str, Any] | None:
+        found = side.find_run(name)
+        if found is None:
+            return None
+        info, self.channels[name] = found
+        self._follow(name)
+        return info
+
+    def launch(self, name: str, payload: bytes, config: bytes, spec: dict[str, Any]) -> None:
+        self._channel(name).launch(payload, pickle.loads(config), spec)
+        self._follow(name)
+
+    def outcome(self, name: str, wait_s: float) -> dict[str, Any]:
+        """How the run ended and when, or ``{"ended": False}`` when it goes on after ``wait_s``."""
+        if name not in self.outcomes:
+            self._channel(name)
+            self._follow(name)
+        try:
+            outcome, at = self.outcomes[name].result(timeout=wait_s)
+        except concurrent.futures.TimeoutError:
+            return {"ended": False}
+        return {"ended": True, "outcome": outcome, "at": at}
+
+    def _channel(self, name: str) -> RunChannel:
+        if name not in self.channels and self.find_run(name) is None:
+            raise KeyError(f"no run named {name!r} on this cluster")
+        return self.channels[name]
+
+    def _follow(self, name: str) -> None:
+        """Wait for the run's end in a thread of its own, so an ``outcome`` call only looks."""
+        future: concurrent.futures.Future[tuple[dict[str, Any], float | None]] = concurrent.futures.Future()
+        channel = self.channels[name]
+
+        def wait() -> None:
+            try:
+                future.set_result(channel.outcome())
+            except BaseException as e:  # noqa: BLE001 - the kernel is told what it was
+                future.set_exception(e)
+
+        self.outcomes[name] = future
+        threading.Thread(target=wait, name=f"raynb-agent-{name}", daemon=True).start()
+
+    def call(self, op: str, args: dict[str, Any]) -> Any:
+        self.last_call = time.monotonic()
+        if op not in self.ops:
+            raise KeyError(f"raynb's agent has no call {op!r} (the kernel's raynb is another version)")
+        return self.ops[op](**args)
+
+
+def _handler(agent: Agent, secret: str) -> type[http.server.BaseHTTPRequestHandler]:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            given = self.headers.get("Authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {secret}".encode()):
+                self._answer(401, {"error": {"type": "Unauthorized", "message": "a call without the agent's secret"}})
+                return
+            if not self.path.startswith(PREFIX):
+                self._answer(404, {"error": {"type": "NotFound", "message": self.path}})
+                return
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            try:
+                answer = agent.call(self.path[len(PREFIX) :], loads(body) if body else {})
+            except RaynbError as e:
+                self._answer(400, {"error": {"type": type(e).__name__, "message": e.what, "fix": e.fix}})
+            except BaseException as e:  # noqa: BLE001 - every failure goes back to the kernel as data
+                self._answer(500, {"error": {"type": type(e).__name__, "message": str(e)[:4000]}})
+            else:
+                self._answer(200, {"ok": answer})
+
+        def _answer(self, status: int, doc: dict[str, Any]) -> None:
+            data = dumps(doc)
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass  # one line per call would fill the job's log
+
+    return Handler
+
+
+def _listen(handler: type[http.server.BaseHTTPRequestHandler], port: int) -> http.server.ThreadingHTTPServer:
+    try:
+        return http.server.ThreadingHTTPServer(("0.0.0.0", port), handler)
+    except OSError:  # taken (another cluster's agent on this machine): any free port, said in the log
+        return http.server.ThreadingHTTPServer(("0.0.0.0", 0), handler)
+
+
+def main() -> None:
+    import ray
+
+    secret = os.environ.get(SECRET_ENV, "")
+    if len(secret) < 16:
+        sys.exit(f"raynb agent: {SECRET_ENV} is missing; it is started by raynb's kernel side, which sets it")
+    idle_s = float(os.environ.get("RAYNB_AGENT_IDLE_S", "3600"))
+    ray.init(log_to_driver=False)
+    agent = Agent()
+    server = _listen(_handler(agent, secret), int(os.environ.get(PORT_ENV, DEFAULT_PORT)))
+    server.daemon_threads = True
+    print(f"{LISTENING} {server.server_address[1]}", flush=True)
+    threading.Thread(target=server.serve_forever, name="raynb-agent-http", daemon=True).start()
+    while True:
+        time.sleep(min(30.0, idle_s))
+        if time.monotonic() - agent.last_call > idle_s and not side.active_runs():
+            print(f"raynb agent: no call for {idle_s:g} s and no run going on; ending", flush=True)
+            server.shutdown()
+            return

@@ -1,0 +1,164 @@
+"""The seam over HTTP: the kernel asks raynb's agent (``_agent/``, a Ray Job on the head) what it would otherwise ask
+the cluster's actors over Ray Client. For a kernel whose Python or Ray is not the cluster's: nothing crosses but
+JSON (``_shared/wire.py``), a cell as source and plain data (``_shared/cell_code.py``), a run's config as a plain
+pickle, and the picture the sink already pickles."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from typing import Any, NoReturn, TypeVar
+
+from .._shared.wire import PREFIX, dumps, loads
+from ..errors import ConnectError, UsageError
+
+__all__ = ["JobsSide", "JobsRunChannel", "AgentError"]
+
+T = TypeVar("T")
+
+
+class AgentError(RuntimeError):
+    """A call the agent answered with a failure on the cluster's side (its type and message)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        self.kind = kind
+        super().__init__(f"{kind}: {message}")
+
+
+class JobsSide:
+    """The connected cluster's side, reached through raynb's agent at ``url`` (``http://HOST:PORT``)."""
+
+    via = "jobs"
+
+    def __init__(self, url: str, secret: str, *, cluster: Mapping[str, str]) -> None:
+        self.url, self._secret = url.rstrip("/"), secret
+        #: the cluster's Python and Ray, as its agent runs them
+        self.cluster = dict(cluster)
+
+    # --- the wire -----------------------------------------------------------------------------------------------
+    def call(self, op: str, timeout: float = 60.0, **args: Any) -> Any:
+        request = urllib.request.Request(
+            f"{self.url}{PREFIX}{op}",
+            data=dumps(args),
+            headers={"Authorization": f"Bearer {self._secret}", "Content-Type": "application/json"},
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as answer:
+                return loads(answer.read())["ok"]
+        except urllib.error.HTTPError as e:
+            _raise_from(e)
+        except (urllib.error.URLError, OSError) as e:
+            raise ConnectError(
+                f"raynb's agent on the cluster does not answer at {self.url} ({e}).",
+                fix="`%raycluster up` with the same address starts it again; runs go on on the cluster meanwhile",
+            ) from None
+
+    # --- ClusterSide --------------------------------------------------------------------------------------------
+    def connected(self) -> bool:
+        return True
+
+    def resources(self) -> dict[str, Any]:
+        found: dict[str, Any] = self.call("resources")
+        return found
+
+    def prewarm(self, env: Mapping[str, str]) -> None:
+        self.call("prewarm", env=dict(env))
+
+    def drop_spare(self) -> None:
+        self.call("drop_spare")
+
+    def free_name(self, name: str, *, given: bool) -> str:
+        return str(self.call("free_name", name=name, given=given))
+
+    def start_run(self, name: str, info: dict[str, Any], launcher_env: Mapping[str, str]) -> JobsRunChannel:
+        self.call("start_run", name=name, info=info, launcher_env=dict(launcher_env))
+        return JobsRunChannel(self, name)
+
+    def find_run(self, name: str) -> tuple[dict[str, Any], JobsRunChannel] | None:
+        info = self.call("find_run", name=name)
+        return None if info is None else (info, JobsRunChannel(self, name))
+
+    def list_runs(self) -> list[dict[str, Any]]:
+        return list(self.call("list_runs"))
+
+    def active_runs(self) -> list[str]:
+        return list(self.call("active_runs"))
+
+    def remove_run(self, name: str) -> dict[str, Any] | None:
+        found: dict[str, Any] | None = self.call("remove_run", name=name)
+        return found
+
+    def head_started_at(self) -> float | None:
+        at = self.call("head_started_at")
+        return None if at is None else float(at)
+
+    def open_warm(self, workers: int, idle_s: float) -> NoReturn:
+        raise UsageError("Warm cells through Ray Jobs come in a later release.", fix="run the cell without --warm")
+
+    def run_task(self, fn: Callable[..., T], *args: Any, node_id: str | None = None, timeout: float = 120.0) -> T:
+        raise UsageError(
+            "This kernel reaches the cluster through Ray Jobs, where raynb cannot run its own checks on the nodes "
+            "yet (the doctor's node checks, the bench).",
+            fix="run them from a kernel with the cluster's Python and Ray (Ray Client)",
+        )
+
+
+class JobsRunChannel:
+    """One run, through the agent (the seam's ``RunChannel``)."""
+
+    def __init__(self, side: JobsSide, name: str) -> None:
+        self.side, self.name = side, name
+
+    def launch(self, payload: bytes, config: dict[str, Any], spec: dict[str, Any]) -> None:
+        self.side.call("launch", name=self.name, payload=payload, config=pickle.dumps(config, protocol=4), spec=spec)
+
+    def outcome(self) -> tuple[dict[str, Any], float | None]:
+        while True:
+            answer = self.side.call("outcome", timeout=40, name=self.name, wait_s=10.0)
+            if answer["ended"]:
+                return answer["outcome"], answer["at"]
+
+    def entry(self, timeout: float | None = None) -> dict[str, Any] | None:
+        found: dict[str, Any] | None = self.side.call(
+            "entry", timeout=(timeout or 50) + 10, name=self.name, timeout_s=timeout
+        )
+        return found
+
+    def stop(self, step: int | None = None) -> None:
+        self.side.call("stop", name=self.name, step=step)
+
+    def picture(self, version: int, events_seen: int, timeout: float) -> tuple[int, bytes | None, list, dict]:
+        v, pic, events, summary = self.side.call(
+            "picture", timeout=timeout + 30, name=self.name, version=version, events_seen=events_seen, timeout_s=timeout
+        )
+        return int(v), pic, list(events), dict(summary)
+
+    def records(self, cursor: int, chunk: int) -> list[dict[str, Any]]:
+        return list(self.side.call("records", name=self.name, cursor=cursor, chunk=chunk))
+
+    def logs(
+        self, after: int, rank: int | None, tail: int | None, timeout: float | None = None
+    ) -> tuple[int, list[dict[str, Any]], int]:
+        seq, lines, dropped = self.side.call(
+            "logs", timeout=(timeout or 0) + 30, name=self.name, after=after, rank=rank, tail=tail, timeout_s=timeout
+        )
+        return int(seq), list(lines), int(dropped)
+
+
+def _raise_from(e: urllib.error.HTTPError) -> NoReturn:
+    try:
+        err = json.loads(e.read())["error"]
+    except Exception:  # noqa: BLE001 - not the agent answering (a proxy, another server on the port)
+        raise ConnectError(f"Something other than raynb's agent answered ({e.code} {e.reason}).") from None
+    if e.code == 401:
+        raise ConnectError(
+            "raynb's agent refused this kernel's call: the secret does not match.",
+            fix="`%raycluster up` again reads the agent's secret from the cluster's jobs",
+        )
+    if err["type"] == "UsageError":
+        raise UsageError(err["message"], fix=err.get("fix"))
+    raise AgentError(err["type"], err["message"])

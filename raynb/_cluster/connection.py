@@ -1,0 +1,101 @@
+"""How the kernel reaches a cluster: Ray Client (the kernel's Python minor and Ray are the cluster's; code objects
+cross), or Ray Jobs through raynb's agent (``_agent/``; they differ: a cell crosses as source and plain data). The
+``connect_via`` setting forces either; ``auto`` asks the dashboard for the cluster's Ray first, and takes Ray Jobs
+also when Ray Client refuses a Python that differs. The seam implementation chosen is the one kernel code gets
+from ``_client.side()``."""
+
+from __future__ import annotations
+
+import platform
+import urllib.parse
+from importlib.metadata import version
+from typing import TYPE_CHECKING
+
+from .._client import side, use
+from .._settings import Settings
+from .._shared.worker_env import job_env, launcher_env
+from ..errors import UsageError, VersionMismatchError
+from . import session
+from .backend import Say
+
+if TYPE_CHECKING:
+    from .backend import Backend
+
+__all__ = ["connect"]
+
+
+def connect(backend: Backend, settings: Settings, address: str, dashboard_url: str | None, say: Say) -> str:
+    """Connect this kernel to the cluster at ``address``; how, and why, in words (``%raycluster status`` says it)."""
+    via, why = _choose(settings, address, dashboard_url)
+    if via == "client":
+        try:
+            _connect_client(backend, settings, address, dashboard_url, say)
+            return f"through Ray Client: {why}"
+        except VersionMismatchError as e:
+            if settings.connect_via != "auto" or not dashboard_url or backend.kind == "kubernetes":
+                raise
+            why = str(e.saw)
+    return _connect_jobs(backend, settings, dashboard_url, why, say)
+
+
+def _kernel_ray() -> str:
+    return version("ray")
+
+
+def _choose(settings: Settings, address: str, dashboard_url: str | None) -> tuple[str, str]:
+    """ "client" or "jobs", and why."""
+    asked = settings.connect_via
+    if address.startswith(("http://", "https://")):
+        if asked == "client":
+            raise UsageError(
+                f"{address} is a dashboard's address; Ray Client needs the cluster's ray:// address.",
+                fix="give address='ray://HOST:10001', or leave connect_via at auto",
+            )
+        return "jobs", "a dashboard's address was given"
+    if asked == "jobs":
+        return asked, "connect_via is 'jobs'"
+    theirs = str((session.dashboard_get(dashboard_url, "/api/version", 5.0) or {}).get("ray_version") or "")
+    if asked == "client":  # refused here at once, rather than by Ray Client after its attempts
+        session.check_versions(theirs, "", where=f"the cluster at {address}")
+        return asked, "connect_via is 'client'"
+    if theirs and theirs != _kernel_ray():
+        return "jobs", f"kernel Ray {_kernel_ray()}, cluster Ray {theirs}"
+    return "client", "the kernel's Python and Ray are the cluster's"
+
+
+def _connect_client(backend: Backend, settings: Settings, address: str, dashboard_url: str | None, say: Say) -> None:
+    session.connect(
+        address,
+        token_path=backend.token_path(),
+        dashboard_url=dashboard_url,
+        runtime_env={"env_vars": job_env(), **backend.runtime_env()},
+        timeout=settings.connect_timeout_s,
+        reconnect_grace_s=settings.client_reconnect_grace_s,
+        progress=say,
+    )
+    use(None)
+    side().prewarm(launcher_env(settings.health_check_interval_s))  # the first run then starts as fast as a bare fit()
+
+
+def _connect_jobs(backend: Backend, settings: Settings, dashboard_url: str | None, why: str, say: Say) -> str:
+    from .._client.agent_job import reach_agent
+
+    if backend.kind == "kubernetes" or not dashboard_url:
+        raise UsageError(
+            "Through Ray Jobs raynb reaches clusters by their dashboard's address"
+            + (" (a RayCluster's comes in a later release)." if backend.kind == "kubernetes" else "; none is known."),
+            fix="give dashboard_url= (--dashboard-url), or use a kernel with the cluster's Python and Ray",
+        )
+    session.disconnect()
+    token = session.jobs_token(dashboard_url, backend.token_path())
+    host = urllib.parse.urlsplit(dashboard_url).hostname or "127.0.0.1"
+    chosen = reach_agent(dashboard_url, host=host, token=token, say=say, timeout=settings.connect_timeout_s)
+    use(chosen)
+    theirs = chosen.cluster
+    reached = (
+        f"through Ray Jobs: kernel {platform.python_version()} / Ray {_kernel_ray()}, cluster {theirs['python']} / "
+        f"Ray {theirs['ray']} ({why}); raynb's agent at {chosen.url}"
+    )
+    chosen.prewarm(launcher_env(settings.health_check_interval_s))
+    say(f"connected to {dashboard_url} {reached}")
+    return reached
