@@ -3,9 +3,10 @@ call checked against the secret its job carries. It holds a channel per run it w
 their launchers and sinks, belong to the cluster (detached actors in the registry) and outlive the agent, so an
 agent started again finds them.
 
-It listens on ``RAYNB_AGENT_PORT`` (8266, beside the dashboard's 8265) where that is free, else on a free port, and
-says which in its log (``LISTENING``), where a kernel reads it through the Jobs API. It ends itself after
-``RAYNB_AGENT_IDLE_S`` without a call while no run goes on."""
+It listens on the head node's address as Ray has it (127.0.0.1 for an embedded head, which listens on nothing else) at
+``RAYNB_AGENT_PORT`` (8266, beside the dashboard's 8265) where that is free, else on a free port, and says which in
+its log (``LISTENING``), where a kernel reads it through the Jobs API. It ends itself after ``RAYNB_AGENT_IDLE_S``
+without a call while no run goes on."""
 
 from __future__ import annotations
 
@@ -157,11 +158,11 @@ def _handler(agent: Agent, secret: str) -> type[http.server.BaseHTTPRequestHandl
     return Handler
 
 
-def _listen(handler: type[http.server.BaseHTTPRequestHandler], port: int) -> http.server.ThreadingHTTPServer:
+def _listen(handler: type[http.server.BaseHTTPRequestHandler], host: str, port: int) -> http.server.ThreadingHTTPServer:
     try:
-        return http.server.ThreadingHTTPServer(("0.0.0.0", port), handler)
+        return http.server.ThreadingHTTPServer((host, port), handler)
     except OSError:  # taken (another cluster's agent on this machine): any free port, said in the log
-        return http.server.ThreadingHTTPServer(("0.0.0.0", 0), handler)
+        return http.server.ThreadingHTTPServer((host, 0), handler)
 
 
 def main() -> None:
@@ -173,7 +174,9 @@ def main() -> None:
     idle_s = float(os.environ.get("RAYNB_AGENT_IDLE_S", "3600"))
     ray.init(log_to_driver=False)
     agent = Agent()
-    server = _listen(_handler(agent, secret), int(os.environ.get(PORT_ENV, DEFAULT_PORT)))
+    # where the head listens: its node's address (127.0.0.1 for an embedded head, which listens on nothing else)
+    host = os.environ.get("RAYNB_AGENT_HOST") or ray.util.get_node_ip_address()
+    server = _listen(_handler(agent, secret), host, int(os.environ.get(PORT_ENV, DEFAULT_PORT)))
     server.daemon_threads = True
     print(f"{LISTENING} {server.server_address[1]}", flush=True)
     threading.Thread(target=server.serve_forever, name="raynb-agent-http", daemon=True).start()

@@ -18,6 +18,7 @@ from ..errors import UsageError, not_connected
 from .journal import recall, remember
 from .run import Run
 from .storage import run_dir
+from .stream import log_line
 
 __all__ = ["runs", "attach", "stop_run", "remove_run", "run_logs", "active_runs", "RunList"]
 
@@ -170,13 +171,6 @@ def remove_run(name: str) -> str:
     return f"removed run {name}"
 
 
-def _log_line(x: dict[str, Any], ranks: bool) -> str:
-    prefix = (
-        f"[rank {x['rank']}{', attempt ' + str(x['attempt']) if x.get('attempt', 1) > 1 else ''}] " if ranks else ""
-    )
-    return prefix + x["text"]
-
-
 def run_logs(
     name: str, *, rank: int | None = None, tail: int | None = 200, follow: bool = False, out: Any = print
 ) -> str:
@@ -190,7 +184,7 @@ def run_logs(
             fix="leave out --rank for every rank",
         )
     seq, lines, dropped = channel.logs(0, rank, tail)
-    text = [_log_line(x, rank is None) for x in lines]
+    text = [log_line(x, rank is None) for x in lines]
     if dropped and (tail is None or len(lines) < tail) and lines and lines[0]["seq"] <= dropped + 1:
         text.insert(0, f"(the {dropped:,} oldest lines are no longer kept)")
     if not follow:
@@ -204,11 +198,11 @@ def run_logs(
         while True:
             seq, lines, _ = channel.logs(seq, rank, None, timeout=1.0)
             for x in lines:
-                out(_log_line(x, rank is None))
+                out(log_line(x, rank is None))
             if not lines and (now := channel.entry()) is not None and now["status"] not in ACTIVE:
                 seq, lines, _ = channel.logs(seq, rank, None, timeout=0.0)
                 for x in lines:
-                    out(_log_line(x, rank is None))
+                    out(log_line(x, rank is None))
                 out(f"(run {name} {now['status']})")
                 return ""
     except KeyboardInterrupt:

@@ -26,7 +26,7 @@ from .._shared.worker_env import launcher_env
 from ..errors import ConnectError, RunAborted, TrainingFailedError, UsageError
 from .journal import remember
 from .run_error import RunError, assemble_error, nccl_hint
-from .stream import MetricStream
+from .stream import MetricStream, log_line
 
 __all__ = ["Run", "RunSpec", "RunStatus", "active_run", "set_active", "TERMINAL"]
 
@@ -248,6 +248,22 @@ class Run:
         self._channel.launch(payload, self.spec.config, spec)
         self.stream = MetricStream(self._channel, min_gap=self.settings.poll_gap_s).start()
         threading.Thread(target=self._watch_fit, name="raynb-fit-watch", daemon=True).start()
+        if side().via != "client":  # Ray Client streams what workers print; through Ray Jobs raynb does
+            threading.Thread(target=self._echo_output, name="raynb-echo", daemon=True).start()
+
+    def _echo_output(self) -> None:
+        """Print what the ranks print, from the run's history, until the run ends (and what came last)."""
+        assert self._channel is not None
+        seq, last = 0, False
+        while not last:
+            last = self._done.is_set()
+            try:
+                seq, lines, _ = self._channel.logs(seq, None, None, timeout=None if last else 1.0)
+            except Exception:  # noqa: BLE001 - the cluster does not answer now; the run's end says more
+                time.sleep(1.0)
+                continue
+            for x in lines:
+                print(log_line(x, True), flush=True)
 
     @classmethod
     def _attached(cls, info: dict[str, Any], channel: RunChannel, settings: Settings) -> Run:

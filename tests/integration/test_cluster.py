@@ -244,7 +244,7 @@ def test_a_cluster_reached_by_address_is_used_and_left_running(cluster: raynb.Cl
 
 
 OTHER_RAY_SCRIPT = textwrap.dedent("""
-    import json, sys, urllib.error, urllib.request
+    import contextlib, io, json, sys, urllib.error, urllib.request
     import ray, raynb
     from raynb.errors import ConnectError, VersionMismatchError
 
@@ -270,7 +270,9 @@ OTHER_RAY_SCRIPT = textwrap.dedent("""
     said = []
     c = raynb.up(address=address, token_file=token, dashboard_url=dashboard, progress=said.append)
     out["said"], out["status"] = said, c.status().text()
-    run = raynb.train(train_fn, workers=2, display=False)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):  # what the workers print comes to the kernel's output
+        run = raynb.train(train_fn, workers=2, display=False)
     err = run.error
     out["run"] = {
         "status": run.status,
@@ -280,8 +282,9 @@ OTHER_RAY_SCRIPT = textwrap.dedent("""
         "logs": raynb.run_logs(run.name),
         "listed": [(r["name"], r["status"]) for r in raynb.runs().rows],
         "name": run.name,
+        "printed": printed.getvalue(),
     }
-    agent = raynb.current().status().reached.rsplit(" ", 1)[-1]
+    agent = out["agent"] = raynb.current().status().reached.rsplit(" ", 1)[-1]
     try:
         urllib.request.urlopen(urllib.request.Request(agent + "/raynb/v1/list_runs", data=b"{}", method="POST"))
         out["no secret"] = "answered"
@@ -337,6 +340,14 @@ def test_a_kernel_of_another_ray_trains_through_ray_jobs(cluster: raynb.Cluster,
     assert f"line {line}" in run["error"], run["error"]
     assert f"rank 0 runs Ray {here}" in run["logs"] and f"rank 1 runs Ray {here}" in run["logs"], run["logs"]
     assert (run["name"], "failed") in [tuple(r) for r in run["listed"]]
+    assert f"[rank 1] rank 1 runs Ray {here}" in run["printed"], run["printed"]
     assert out["no secret"] == 401
+    port = out["agent"].rsplit(":", 1)[-1]
+    listening = [
+        ln.split()[3] for ln in subprocess.run(["ss", "-ltnH"], capture_output=True, text=True).stdout.splitlines()
+    ]
+    assert [a for a in listening if a.endswith(":" + port)] == [f"127.0.0.1:{port}"], (
+        "the agent listens as the head does"
+    )
     assert out["down"].endswith("raynb did not start that cluster, so it keeps running"), out["down"]
     assert head.alive()
