@@ -11,6 +11,7 @@ AREAS = {
         "integration/test_auth.py",
         "integration/test_nodes.py",
     ),
+    "jobs": ("integration/test_jobs_path.py",),
     "compat": ("compat/",),
     "warm": ("notebook/test_warm_workers.py",),
     "outlive": (

@@ -1,0 +1,193 @@
+"""A kernel whose Ray is not the cluster's (SageMaker Distribution's pip Ray 2.55.1, a venv of its own:
+``tests/other_ray.py``; raynb from this project on ``PYTHONPATH``) against the session's 2.58.0 head: refused by Ray
+Client, it reaches the head through Ray Jobs and raynb's agent (issue 37). Each kernel is a fresh Python running a
+file, as a notebook's code is (a function travels as its source, read from the file). The first test starts the
+agent; the next finds it running."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import raynb
+from tests.integration.fresh_python import script_result
+
+pytestmark = pytest.mark.journey  # the second test finds the agent the first started
+
+OTHER_RAY_SCRIPT = textwrap.dedent("""
+    import contextlib, io, json, sys, urllib.error, urllib.request
+    import ray, raynb
+    from raynb.errors import ConnectError, VersionMismatchError
+
+    def train_fn(config):  # travels as its source: this file is on the kernel's disk only
+        import ray
+        import raynb
+
+        rank = ray.train.get_context().get_world_rank()
+        print(f"rank {rank} runs Ray {ray.__version__}")
+        for step in range(4):
+            raynb.report(step=step, loss=1.0 / (step + 1))
+            if rank == 1 and step == 2:
+                raise ValueError(f"rank {rank} gives up at step {step}")
+
+    address, token, dashboard = sys.argv[1:4]
+    out = {"ray": ray.__version__}
+    for case, dash, via in (("forced ray client", dashboard, "client"), ("no dashboard", None, None)):
+        try:
+            raynb.up(address=address, token_file=token, dashboard_url=dash, via=via, progress=lambda m: None)
+            out[case] = "connected"
+        except VersionMismatchError as e:
+            out[case] = {"what": e.what, "saw": e.saw, "fix": e.fix}
+    said = []
+    c = raynb.up(address=address, token_file=token, dashboard_url=dashboard, progress=said.append)
+    out["said"], out["status"] = said, c.status().text()
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):  # what the workers print comes to the kernel's output
+        run = raynb.train(train_fn, workers=2, display=False)
+    err = run.error
+    out["run"] = {
+        "status": run.status,
+        "steps": sorted({(r["rank"], r["step"]) for r in run.records}),
+        "error": str(err) if err else None,
+        "ranks": err.ranks if err else None,
+        "logs": raynb.run_logs(run.name),
+        "listed": [(r["name"], r["status"]) for r in raynb.runs().rows],
+        "name": run.name,
+        "printed": printed.getvalue(),
+    }
+    agent = out["agent"] = raynb.current().status().reached.rsplit(" ", 1)[-1]
+    try:
+        urllib.request.urlopen(urllib.request.Request(agent + "/raynb/v1/list_runs", data=b"{}", method="POST"))
+        out["no secret"] = "answered"
+    except urllib.error.HTTPError as e:
+        out["no secret"] = e.code
+    raynb.down(progress=said.append)
+    out["down"] = said[-1]
+    print("RESULT " + json.dumps(out))
+""")
+#: runs the script from a file, as a kernel's code is (a function's source is read from its file)
+RUN_FILE = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+
+
+def _kernel(script: str, cluster: raynb.Cluster, tmp_path: Path, *args: str, timeout: float = 400) -> dict:
+    """Run ``script`` from a file in the other Ray's Python, given the head's address, token file and dashboard
+    (then ``args``); what its ``RESULT`` line says."""
+    from tests.other_ray import other_ray_python
+
+    head = cluster.backend.head
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "VIRTUAL_ENV"))}
+    env["PYTHONPATH"] = str(Path(raynb.__file__).resolve().parents[1])
+    file = tmp_path / f"kernel-{len(list(tmp_path.glob('kernel-*.py')))}.py"
+    file.write_text(script)
+    argv = [str(file), cluster.address, str(head.token_path), str(head.dashboard_url), *args]
+    return script_result(RUN_FILE, argv, env, timeout=timeout, python=str(other_ray_python()))
+
+
+def test_a_kernel_of_another_ray_trains_through_ray_jobs(cluster: raynb.Cluster, tmp_path: Path) -> None:
+    """A kernel with SageMaker Distribution's Ray 2.55.1 (a venv of pip's, raynb from this project) against the
+    session's 2.58.0 head. Ray Client refuses it -- asked for, or where no dashboard is known -- naming both versions
+    and what to install; given the dashboard, raynb reaches the head through Ray Jobs and its agent instead: a run of
+    a function in the kernel's file trains on the head's Ray, a failing rank is named with the kernel file's line,
+    what the workers printed and the run list come back, the agent refuses a call without its secret, and ``down``
+    only disconnects."""
+    import ray
+
+    from tests.other_ray import OTHER_RAY
+
+    out = _kernel(OTHER_RAY_SCRIPT, cluster, tmp_path)
+    here = ray.__version__  # the session head's, as every process of the test venv's
+    assert out["ray"] == OTHER_RAY
+    for case in ("forced ray client", "no dashboard"):
+        refused = out[case]
+        assert isinstance(refused, dict), f"{case}: a Ray {OTHER_RAY} kernel must not connect over Ray Client"
+        assert f"Ray {OTHER_RAY} here vs {here}" in refused["saw"], refused
+        assert f"ray[client,train,default]=={here}" in refused["fix"], refused
+    why = f"kernel Ray {OTHER_RAY}, cluster Ray {here}"
+    assert any("through Ray Jobs" in m and why in m for m in out["said"]), out["said"]
+    assert f"/ Ray {OTHER_RAY}, cluster" in out["status"] and "through Ray Jobs: kernel" in out["status"]
+    run = out["run"]
+    assert run["status"] == "failed" and run["ranks"] == [1], run
+    assert [0, 0] in run["steps"] and [1, 2] in run["steps"], run["steps"]
+    lines = [x.strip() for x in OTHER_RAY_SCRIPT.splitlines()]
+    line = 1 + lines.index('raise ValueError(f"rank {rank} gives up at step {step}")')
+    assert "Rank 1 of 2 failed with ValueError: rank 1 gives up at step 2" in run["error"], run["error"]
+    assert f"line {line}" in run["error"], run["error"]
+    assert f"rank 0 runs Ray {here}" in run["logs"] and f"rank 1 runs Ray {here}" in run["logs"], run["logs"]
+    assert (run["name"], "failed") in [tuple(r) for r in run["listed"]]
+    assert f"[rank 1] rank 1 runs Ray {here}" in run["printed"], run["printed"]
+    assert out["no secret"] == 401
+    port = out["agent"].rsplit(":", 1)[-1]
+    listening = [
+        ln.split()[3] for ln in subprocess.run(["ss", "-ltnH"], capture_output=True, text=True).stdout.splitlines()
+    ]
+    assert [a for a in listening if a.endswith(":" + port)] == [f"127.0.0.1:{port}"], (
+        "the agent listens as the head does"
+    )
+    assert out["down"].endswith("raynb did not start that cluster, so it keeps running"), out["down"]
+    assert cluster.backend.head.alive()
+
+
+STARTS_AND_DIES = textwrap.dedent("""
+    import json, os, signal, sys, time
+    import raynb
+
+    def slow_fn(config):
+        import time
+        import raynb
+
+        for step in range(config["steps"]):
+            raynb.report(step=step, loss=1.0 / (step + 1))
+            time.sleep(0.5)
+
+    address, token, dashboard, name = sys.argv[1:5]
+    said = []
+    raynb.up(address=address, token_file=token, dashboard_url=dashboard, progress=said.append)
+    run = raynb.train(slow_fn, workers=2, config={"steps": 400}, display=False, name=name, wait=False)
+    while run.step < 2 and not run.done():
+        time.sleep(0.2)
+    print("RESULT " + json.dumps({"said": said, "step": run.step, "status": run.status}), flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)  # the kernel dies; the run is the cluster's
+""")
+
+ATTACHES_AND_STOPS = textwrap.dedent("""
+    import json, sys, time
+    import raynb
+
+    address, token, dashboard, name, at_kill = sys.argv[1:6]
+    raynb.up(address=address, token_file=token, dashboard_url=dashboard, progress=lambda m: None)
+    listed = {r["name"]: r["status"] for r in raynb.runs().rows}
+    run = raynb.attach(name, display=False)
+    while run.step < int(at_kill) + 3 and not run.done():
+        time.sleep(0.2)
+    seen_at = run.step
+    said = raynb.stop_run(name)
+    ended = run.wait(60)
+    steps = sorted({r["step"] for r in run.records if r["rank"] == 0})
+    print("RESULT " + json.dumps({
+        "listed": listed.get(name), "seen_at": seen_at, "said": said, "ended": ended, "status": run.status,
+        "steps": steps, "listed_after": {r["name"]: r["status"] for r in raynb.runs().rows}.get(name),
+    }))
+""")
+
+
+def test_a_background_run_outlives_its_kernel_and_another_kernel_attaches_and_stops_it(
+    cluster: raynb.Cluster, tmp_path: Path
+) -> None:
+    """Through Ray Jobs as over Ray Client, a run belongs to the cluster: a kernel starts one in the background and
+    is killed (SIGKILL); a new kernel finds the agent running (no second one), lists the run as running, attaches --
+    its whole history from step 0, then live -- and stops it."""
+    name = "jobs-outlives-its-kernel"
+    first = _kernel(STARTS_AND_DIES, cluster, tmp_path, name)
+    assert first["status"] == "running" and first["step"] >= 2, first
+    assert not any("starting raynb's agent" in m for m in first["said"]), "the first test's agent is found"
+    second = _kernel(ATTACHES_AND_STOPS, cluster, tmp_path, name, str(first["step"]))
+    assert second["listed"] == "running", second
+    assert second["seen_at"] >= first["step"] + 3, second
+    assert second["said"] == f"stopped run {name}" and second["ended"] and second["status"] == "aborted", second
+    assert second["steps"][:3] == [0, 1, 2] and second["steps"][-1] >= second["seen_at"] - 1, second["steps"]
+    assert second["steps"] == list(range(len(second["steps"]))), "every step once, none lost at the kernel's death"
+    assert second["listed_after"] == "aborted", second
