@@ -43,14 +43,32 @@ def reach_agent(
     timeout: float = 180.0,
 ) -> JobsSide:
     """The agent of the cluster whose dashboard is ``dashboard_url`` (started when none runs this raynb), reached at
-    ``host`` on the port it says in its log."""
+    ``host`` on the port it says in its log; found (or started) again whenever it stops answering."""
     import logging
 
-    from ray.job_submission import JobStatus, JobSubmissionClient
+    from ray.job_submission import JobSubmissionClient
 
     for noisy in ("ray.dashboard.modules.dashboard_sdk", "ray._private.runtime_env.packaging"):
         logging.getLogger(noisy).setLevel(logging.WARNING)  # "Uploading package ...": said here in one line
     client = JobSubmissionClient(dashboard_url, headers={"Authorization": f"Bearer {token}"} if token else None)
+
+    def reach() -> tuple[str, str]:
+        return _find_or_start(client, host, say, timeout)
+
+    def reach_again() -> tuple[str, str]:
+        say("raynb's agent on the cluster stopped answering: finding or starting it again (runs go on meanwhile)")
+        return reach()
+
+    url, secret = reach()
+    side = JobsSide(url, secret, cluster={}, reach=reach_again)
+    side.cluster = {k: str(v) for k, v in side.call("hello").items()}
+    return side
+
+
+def _find_or_start(client: Any, host: str, say: Callable[[str], None], timeout: float) -> tuple[str, str]:
+    """(the agent's URL, its secret): the running agent of this raynb, or a new one."""
+    from ray.job_submission import JobStatus
+
     key = source_key()
     live = (JobStatus.PENDING, JobStatus.RUNNING)
     mine = [
@@ -75,10 +93,7 @@ def reach_agent(
             metadata={"raynb": "agent", "raynb_source": key},
             entrypoint_num_cpus=0,
         )
-    port = _port_from_log(client, job_id, timeout, say)
-    side = JobsSide(f"http://{host}:{port}", secret, cluster={})
-    side.cluster = {k: str(v) for k, v in side.call("hello").items()}
-    return side
+    return f"http://{host}:{_port_from_log(client, job_id, timeout, say)}", secret
 
 
 def _port_from_log(client: Any, job_id: str, timeout: float, say: Callable[[str], None]) -> int:

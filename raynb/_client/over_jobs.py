@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
@@ -29,17 +30,39 @@ class AgentError(RuntimeError):
 
 
 class JobsSide:
-    """The connected cluster's side, reached through raynb's agent at ``url`` (``http://HOST:PORT``)."""
+    """The connected cluster's side, reached through raynb's agent at ``url`` (``http://HOST:PORT``). ``reach``
+    finds the agent again, or starts a new one: called when the agent stops answering (its job was stopped, its node
+    restarted), so the next call goes on -- the runs, which belong to the cluster, never stopped."""
 
     via = "jobs"
 
-    def __init__(self, url: str, secret: str, *, cluster: Mapping[str, str]) -> None:
+    def __init__(
+        self, url: str, secret: str, *, cluster: Mapping[str, str], reach: Callable[[], tuple[str, str]] | None = None
+    ) -> None:
         self.url, self._secret = url.rstrip("/"), secret
         #: the cluster's Python and Ray, as its agent runs them
         self.cluster = dict(cluster)
+        self._reach = reach
+        self._reaching = threading.Lock()
 
     # --- the wire -----------------------------------------------------------------------------------------------
     def call(self, op: str, timeout: float = 60.0, **args: Any) -> Any:
+        """The agent's answer to ``op``; when the agent is gone, once more after finding or starting it again."""
+        url = self.url
+        try:
+            return self._once(op, timeout, args)
+        except _Gone as e:
+            if self._reach is None:
+                raise e.error from None
+            with self._reaching:  # one thread finds the agent again; the others use what it found
+                if self.url == url:
+                    self.url, self._secret = self._reach()
+            try:
+                return self._once(op, timeout, args)
+            except _Gone as again:
+                raise again.error from None
+
+    def _once(self, op: str, timeout: float, args: dict[str, Any]) -> Any:
         request = urllib.request.Request(
             f"{self.url}{PREFIX}{op}",
             data=dumps(args),
@@ -50,11 +73,25 @@ class JobsSide:
             with urllib.request.urlopen(request, timeout=timeout) as answer:
                 return loads(answer.read())["ok"]
         except urllib.error.HTTPError as e:
+            if e.code == 401:  # an agent started again on the same port has a secret of its own
+                raise _Gone(
+                    ConnectError(
+                        "raynb's agent refused this kernel's call: the secret does not match.",
+                        fix="`%raycluster up` again reads the agent's secret from the cluster's jobs",
+                    )
+                ) from None
             _raise_from(e)
-        except (urllib.error.URLError, OSError) as e:
+        except (urllib.error.URLError, ConnectionError) as e:
+            raise _Gone(
+                ConnectError(
+                    f"raynb's agent on the cluster does not answer at {self.url} ({e}).",
+                    fix="`%raycluster up` with the same address starts it again; runs go on on the cluster meanwhile",
+                )
+            ) from None
+        except OSError as e:  # e.g. no answer within the timeout: the agent is there, but busy or stuck
             raise ConnectError(
-                f"raynb's agent on the cluster does not answer at {self.url} ({e}).",
-                fix="`%raycluster up` with the same address starts it again; runs go on on the cluster meanwhile",
+                f"raynb's agent at {self.url} did not answer {op!r} within {timeout:g} s ({e}).",
+                fix="run the cell again; `ray job logs` of the raynb-agent job says what it is doing",
             ) from None
 
     # --- ClusterSide --------------------------------------------------------------------------------------------
@@ -149,16 +186,18 @@ class JobsRunChannel:
         return int(seq), list(lines), int(dropped)
 
 
+class _Gone(Exception):
+    """The agent is not there (no answer, or another agent's secret): worth finding it again."""
+
+    def __init__(self, error: ConnectError) -> None:
+        self.error = error
+
+
 def _raise_from(e: urllib.error.HTTPError) -> NoReturn:
     try:
         err = json.loads(e.read())["error"]
     except Exception:  # noqa: BLE001 - not the agent answering (a proxy, another server on the port)
         raise ConnectError(f"Something other than raynb's agent answered ({e.code} {e.reason}).") from None
-    if e.code == 401:
-        raise ConnectError(
-            "raynb's agent refused this kernel's call: the secret does not match.",
-            fix="`%raycluster up` again reads the agent's secret from the cluster's jobs",
-        )
     if err["type"] == "UsageError":
         raise UsageError(err["message"], fix=err.get("fix"))
     raise AgentError(err["type"], err["message"])

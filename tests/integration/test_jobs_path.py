@@ -156,19 +156,28 @@ STARTS_AND_DIES = textwrap.dedent("""
 ATTACHES_AND_STOPS = textwrap.dedent("""
     import json, sys, time
     import raynb
+    from ray.job_submission import JobSubmissionClient
 
     address, token, dashboard, name, at_kill = sys.argv[1:6]
-    raynb.up(address=address, token_file=token, dashboard_url=dashboard, progress=lambda m: None)
+    said = []
+    raynb.up(address=address, token_file=token, dashboard_url=dashboard, progress=said.append)
     listed = {r["name"]: r["status"] for r in raynb.runs().rows}
     run = raynb.attach(name, display=False)
     while run.step < int(at_kill) + 3 and not run.done():
         time.sleep(0.2)
     seen_at = run.step
-    said = raynb.stop_run(name)
+    # the agent goes (its job stopped, as a node restart or a colleague's `ray job stop` would): the run does not
+    jobs = JobSubmissionClient(dashboard, headers={"Authorization": "Bearer " + open(token).read().strip()})
+    (agent,) = [j for j in jobs.list_jobs() if (j.metadata or {}).get("raynb") == "agent" and j.status == "RUNNING"]
+    jobs.stop_job(agent.submission_id)
+    while not jobs.get_job_status(agent.submission_id).is_terminal():
+        time.sleep(0.2)
+    stopped = raynb.stop_run(name)  # through a new agent, started by this call
     ended = run.wait(60)
     steps = sorted({r["step"] for r in run.records if r["rank"] == 0})
     print("RESULT " + json.dumps({
-        "listed": listed.get(name), "seen_at": seen_at, "said": said, "ended": ended, "status": run.status,
+        "listed": listed.get(name), "seen_at": seen_at, "stopped": stopped, "ended": ended, "status": run.status,
+        "said": said, "agents": sorted(j.status for j in jobs.list_jobs() if (j.metadata or {}).get("raynb") == "agent"),
         "steps": steps, "listed_after": {r["name"]: r["status"] for r in raynb.runs().rows}.get(name),
     }))
 """)
@@ -179,7 +188,8 @@ def test_a_background_run_outlives_its_kernel_and_another_kernel_attaches_and_st
 ) -> None:
     """Through Ray Jobs as over Ray Client, a run belongs to the cluster: a kernel starts one in the background and
     is killed (SIGKILL); a new kernel finds the agent running (no second one), lists the run as running, attaches --
-    its whole history from step 0, then live -- and stops it."""
+    its whole history from step 0, then live. Then the agent's job is stopped under it: the run goes on, and the
+    kernel's next call starts a new agent, through which it stops the run."""
     name = "jobs-outlives-its-kernel"
     first = _kernel(STARTS_AND_DIES, cluster, tmp_path, name)
     assert first["status"] == "running" and first["step"] >= 2, first
@@ -187,7 +197,9 @@ def test_a_background_run_outlives_its_kernel_and_another_kernel_attaches_and_st
     second = _kernel(ATTACHES_AND_STOPS, cluster, tmp_path, name, str(first["step"]))
     assert second["listed"] == "running", second
     assert second["seen_at"] >= first["step"] + 3, second
-    assert second["said"] == f"stopped run {name}" and second["ended"] and second["status"] == "aborted", second
+    assert second["stopped"] == f"stopped run {name}" and second["ended"] and second["status"] == "aborted", second
+    assert any("stopped answering" in m for m in second["said"]), second["said"]
+    assert second["agents"] == ["RUNNING", "STOPPED"], "one new agent, whichever of the kernel's threads noticed first"
     assert second["steps"][:3] == [0, 1, 2] and second["steps"][-1] >= second["seen_at"] - 1, second["steps"]
     assert second["steps"] == list(range(len(second["steps"]))), "every step once, none lost at the kernel's death"
     assert second["listed_after"] == "aborted", second
