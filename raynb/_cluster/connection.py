@@ -9,6 +9,7 @@ from __future__ import annotations
 import platform
 import urllib.parse
 from importlib.metadata import version
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._client import side, use
@@ -26,7 +27,8 @@ __all__ = ["connect"]
 
 def connect(backend: Backend, settings: Settings, address: str, dashboard_url: str | None, say: Say) -> str:
     """Connect this kernel to the cluster at ``address``; how, and why, in words (``%raycluster status`` says it)."""
-    via, why = _choose(settings, address, dashboard_url)
+    path = backend.token_path()
+    via, why = _choose(settings, address, dashboard_url, token=Path(path).read_text().strip() if path else None)
     if via == "client":
         try:
             _connect_client(backend, settings, address, dashboard_url, say)
@@ -42,8 +44,8 @@ def _kernel_ray() -> str:
     return version("ray")
 
 
-def _choose(settings: Settings, address: str, dashboard_url: str | None) -> tuple[str, str]:
-    """ "client" or "jobs", and why."""
+def _choose(settings: Settings, address: str, dashboard_url: str | None, token: str | None = None) -> tuple[str, str]:
+    """Ray Client ("client") or Ray Jobs ("jobs"), and why (``token``: the cluster's, for its dashboard)."""
     asked = settings.connect_via
     if address.startswith(("http://", "https://")):
         if asked == "client":
@@ -54,7 +56,8 @@ def _choose(settings: Settings, address: str, dashboard_url: str | None) -> tupl
         return "jobs", "a dashboard's address was given"
     if asked == "jobs":
         return asked, "connect_via is 'jobs'"
-    theirs = str((session.dashboard_get(dashboard_url, "/api/version", 5.0) or {}).get("ray_version") or "")
+    answer = session.dashboard_get(dashboard_url, "/api/version", 5.0, token=token) or {}
+    theirs = str(answer.get("ray_version") or "")
     if asked == "client":  # refused here at once, rather than by Ray Client after its attempts
         session.check_versions(theirs, "", where=f"the cluster at {address}")
         return asked, "connect_via is 'client'"

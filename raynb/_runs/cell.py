@@ -138,7 +138,11 @@ def serialize(fn: Callable[..., Any], pickler: Any = None) -> bytes:
         ) from None
 
 
-def pack_portable(fn: Callable[..., Any]) -> bytes:
+#: the most a cell may carry through Ray Jobs: it crosses as JSON over HTTP (base64, held whole in the agent's memory)
+JOBS_PAYLOAD_LIMIT = 128 * 2**20
+
+
+def pack_portable(fn: Callable[..., Any], limit: int = JOBS_PAYLOAD_LIMIT) -> bytes:
     """``fn`` as source and plain data (``_shared/cell_code.py``), for a cluster on another Python: a cell's body as
     it was compiled, else the function's ``def``; the notebook globals it reads -- modules by name, functions and
     classes defined in the notebook by their source (and what those read, in turn), other values as plain pickles.
@@ -206,7 +210,7 @@ def pack_portable(fn: Callable[..., Any]) -> bytes:
             fix="create such objects inside the cell (each worker makes its own), or pass plain values through "
             "--config.",
         )
-    return pack(
+    packed = pack(
         kind,  # type: ignore[arg-type]
         source,
         name=name,
@@ -216,6 +220,17 @@ def pack_portable(fn: Callable[..., Any]) -> bytes:
         definitions=dict(reversed(definitions.items())),  # what a definition reads is defined before it
         values=values,
     )
+    if len(packed) > limit:
+        mb = 2**20
+        biggest = sorted(values.items(), key=lambda kv: -len(kv[1]))[:3]
+        raise CaptureError(
+            f"This cell takes {len(packed) / mb:,.1f} MB of notebook data to the cluster; through Ray Jobs a cell "
+            f"carries at most {limit / mb:,.0f} MB.",
+            saw="the biggest: " + ", ".join(f"`{n}` {len(b) / mb:,.1f} MB" for n, b in biggest),
+            fix="have the workers load the data themselves (a path on the cluster's storage, s3://...), passing the "
+            "path through --config",
+        )
+    return packed
 
 
 def _source_of(obj: Any) -> str | None:

@@ -114,6 +114,16 @@ def test_what_cannot_travel_as_source_or_plain_data_is_named() -> None:
         pack_portable(outer())
 
 
+def test_a_cell_too_heavy_for_the_path_is_refused_with_its_size_and_the_way_round() -> None:
+    ns = _notebook("SMALL = b'x' * 1000\nBIG = b'y' * 300_000\n")
+    fn = compile_cell("return len(SMALL) + len(BIG)", ns)
+    assert len(pack_portable(fn)) > 300_000  # under the path's own limit
+    with pytest.raises(CaptureError) as e:
+        pack_portable(fn, limit=200_000)
+    assert "0.3 MB of notebook data" in e.value.what and "`BIG` 0.3 MB" in (e.value.saw or "")
+    assert "the cluster's storage" in (e.value.fix or "")
+
+
 def test_the_trainer_travels_as_data_and_ray_objects_are_refused_naming_them() -> None:
     plain = plain_trainer(
         name="r1", workers=2, gpu=True, cpus_per_worker=3.0, worker_env={"A": "1"}, storage_path=None, max_failures=1
