@@ -11,11 +11,13 @@ without a call while no run goes on."""
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import hmac
 import http.server
 import os
 import pickle
 import platform
+import signal
 import socket
 import sys
 import threading
@@ -31,6 +33,8 @@ from ..errors import RaynbError
 __all__ = ["Agent", "main", "DEFAULT_PORT"]
 
 DEFAULT_PORT = 8266
+#: a warm group whose kernel has not said it is there for this long is ended (the kernel says so every 10 s)
+FORGET_WARM_AFTER_S = 60.0
 
 
 class Agent:
@@ -40,6 +44,8 @@ class Agent:
         self.channels: dict[str, RunChannel] = {}
         self.outcomes: dict[str, concurrent.futures.Future[tuple[dict[str, Any], float | None]]] = {}
         self.last_call = time.monotonic()
+        self.warm: dict[str, Any] = {}  # warm group id -> its mailbox (a WarmChannel of the Ray Client seam)
+        self.touched: dict[str, float] = {}  # warm group id -> when its kernel last said it is there
         self.ops: dict[str, Callable[..., Any]] = {
             "hello": self.hello,
             "resources": side.resources,
@@ -63,7 +69,50 @@ class Agent:
             "logs": lambda name, after, rank, tail, timeout_s=None: self._channel(name).logs(
                 after, rank, tail, timeout_s
             ),
+            "warm_open": self.warm_open,
+            "warm_touch": self.warm_touch,
+            "warm_post": lambda id, cell: self._warm(id).post(cell),
+            "warm_results": lambda id, cell_id, timeout_s: self._warm(id).results(cell_id, timeout_s),
+            "warm_interrupt": lambda id, cell_id: self._warm(id).interrupt(cell_id),
+            "warm_idle_for": lambda id: self._warm(id).idle_for(),
+            "warm_stop": self.warm_stop,
         }
+
+    def warm_open(self, workers: int, idle_s: float) -> str:
+        """A warm group's mailbox, kept here for the kernel that asked (it says it is there: ``warm_touch``)."""
+        warm_id = f"w{len(self.warm) + 1}-{os.urandom(4).hex()}"
+        self.warm[warm_id] = side.open_warm(workers, idle_s)
+        self.touched[warm_id] = time.monotonic()
+        return warm_id
+
+    def warm_touch(self, id: str) -> bool:
+        """The kernel of warm group ``id`` is there; False when the group is gone."""
+        if id not in self.warm:
+            return False
+        self.touched[id] = time.monotonic()
+        return True
+
+    def warm_stop(self, id: str) -> None:
+        channel = self.warm.pop(id, None)
+        self.touched.pop(id, None)
+        if channel is not None:
+            channel.stop()
+
+    def forget_silent_kernels(self, after_s: float = FORGET_WARM_AFTER_S) -> None:
+        """End the warm groups whose kernel stopped saying it is there (it died): their workers give back what
+        they hold, as when a Ray Client connection's mailbox goes with its kernel."""
+        for warm_id, at in list(self.touched.items()):
+            if time.monotonic() - at > after_s:
+                print(
+                    f"raynb agent: warm group {warm_id}'s kernel is gone ({after_s:g} s silent); ending it", flush=True
+                )
+                with contextlib.suppress(Exception):
+                    self.warm_stop(warm_id)
+
+    def _warm(self, warm_id: str) -> Any:
+        if warm_id not in self.warm:
+            raise KeyError(f"no warm group {warm_id!r} here (it ended, or the agent was started again)")
+        return self.warm[warm_id]
 
     def hello(self) -> dict[str, Any]:
         import ray
@@ -82,7 +131,11 @@ class Agent:
         return info
 
     def launch(self, name: str, payload: bytes, config: bytes, spec: dict[str, Any]) -> None:
-        self._channel(name).launch(payload, pickle.loads(config), spec)
+        cfg = pickle.loads(config)
+        mailbox = cfg.get("mailbox") if isinstance(cfg, dict) else None
+        if isinstance(mailbox, dict) and "raynb_warm" in mailbox:  # a warm group's run: the workers poll its mailbox
+            cfg["mailbox"] = self._warm(mailbox["raynb_warm"]).token
+        self._channel(name).launch(payload, cfg, spec)
         self._follow(name)
 
     def outcome(self, name: str, wait_s: float) -> dict[str, Any]:
@@ -178,11 +231,20 @@ def main() -> None:
     host = os.environ.get("RAYNB_AGENT_HOST") or ray.util.get_node_ip_address()
     server = _listen(_handler(agent, secret), host, int(os.environ.get(PORT_ENV, DEFAULT_PORT)))
     server.daemon_threads = True
+
+    def stop_answering(signum: int, frame: Any) -> None:
+        # the job is stopped: stop answering first -- an agent whose Ray is shutting down would answer with errors
+        # where a kernel should see no answer, and find (or start) the agent again
+        server.socket.close()
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, stop_answering)
     print(f"{LISTENING} {server.server_address[1]}", flush=True)
     threading.Thread(target=server.serve_forever, name="raynb-agent-http", daemon=True).start()
     while True:
-        time.sleep(min(30.0, idle_s))
-        if time.monotonic() - agent.last_call > idle_s and not side.active_runs():
+        time.sleep(min(10.0, idle_s))
+        agent.forget_silent_kernels()
+        if time.monotonic() - agent.last_call > idle_s and not side.active_runs() and not agent.warm:
             print(f"raynb agent: no call for {idle_s:g} s and no run going on; ending", flush=True)
             server.shutdown()
             return

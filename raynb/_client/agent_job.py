@@ -66,34 +66,42 @@ def reach_agent(
 
 
 def _find_or_start(client: Any, host: str, say: Callable[[str], None], timeout: float) -> tuple[str, str]:
-    """(the agent's URL, its secret): the running agent of this raynb, or a new one."""
+    """(the agent's URL, its secret): the running agent of this raynb that answers, or a new one. An agent whose
+    job still says RUNNING but which does not answer is on its way out (its job being stopped): not used."""
     from ray.job_submission import JobStatus
 
     key = source_key()
     live = (JobStatus.PENDING, JobStatus.RUNNING)
-    mine = [
-        j
-        for j in client.list_jobs()
-        if (j.metadata or {}).get("raynb") == "agent" and j.metadata.get("raynb_source") == key and j.status in live
-    ]
-    if mine:
-        job_id = str(mine[0].submission_id)
-        secret = str(((mine[0].runtime_env or {}).get("env_vars") or {}).get(SECRET_ENV, ""))
-    else:
-        secret = secrets.token_urlsafe(32)
-        say("starting raynb's agent on the cluster: a Ray Job, raynb's package shipped with it")
-        job_id = client.submit_job(
-            entrypoint="python -m raynb._agent",
-            submission_id=f"raynb-agent-{key[:8]}-{secrets.token_hex(3)}",
-            runtime_env={
-                "py_modules": [str(_PACKAGE)],
-                "excludes": ["__pycache__", "*.pyc"],
-                "env_vars": {SECRET_ENV: secret, PORT_ENV: str(AGENT_PORT)},
-            },
-            metadata={"raynb": "agent", "raynb_source": key},
-            entrypoint_num_cpus=0,
-        )
+    for job in client.list_jobs():
+        meta = job.metadata or {}
+        if meta.get("raynb") != "agent" or meta.get("raynb_source") != key or job.status not in live:
+            continue
+        secret = str(((job.runtime_env or {}).get("env_vars") or {}).get(SECRET_ENV, ""))
+        url = f"http://{host}:{_port_from_log(client, str(job.submission_id), timeout, say)}"
+        if _answers(url, secret):
+            return url, secret
+    secret = secrets.token_urlsafe(32)
+    say("starting raynb's agent on the cluster: a Ray Job, raynb's package shipped with it")
+    job_id = client.submit_job(
+        entrypoint="python -m raynb._agent",
+        submission_id=f"raynb-agent-{key[:8]}-{secrets.token_hex(3)}",
+        runtime_env={
+            "py_modules": [str(_PACKAGE)],
+            "excludes": ["__pycache__", "*.pyc"],
+            "env_vars": {SECRET_ENV: secret, PORT_ENV: str(AGENT_PORT)},
+        },
+        metadata={"raynb": "agent", "raynb_source": key},
+        entrypoint_num_cpus=0,
+    )
     return f"http://{host}:{_port_from_log(client, job_id, timeout, say)}", secret
+
+
+def _answers(url: str, secret: str) -> bool:
+    try:
+        JobsSide(url, secret, cluster={}).call("hello", timeout=5)
+    except Exception:  # noqa: BLE001 - gone, going, or another agent's secret
+        return False
+    return True
 
 
 def _port_from_log(client: Any, job_id: str, timeout: float, say: Callable[[str], None]) -> int:

@@ -16,7 +16,7 @@ from typing import Any, NoReturn, TypeVar
 from .._shared.wire import PREFIX, dumps, loads
 from ..errors import ConnectError, UsageError
 
-__all__ = ["JobsSide", "JobsRunChannel", "AgentError"]
+__all__ = ["JobsSide", "JobsRunChannel", "JobsWarmChannel", "AgentError"]
 
 T = TypeVar("T")
 
@@ -44,19 +44,21 @@ class JobsSide:
         self.cluster = dict(cluster)
         self._reach = reach
         self._reaching = threading.Lock()
+        self._found = 0  # how often the agent was found again (a new one may listen on the same URL)
 
     # --- the wire -----------------------------------------------------------------------------------------------
     def call(self, op: str, timeout: float = 60.0, **args: Any) -> Any:
         """The agent's answer to ``op``; when the agent is gone, once more after finding or starting it again."""
-        url = self.url
+        seen = self._found
         try:
             return self._once(op, timeout, args)
         except _Gone as e:
             if self._reach is None:
                 raise e.error from None
             with self._reaching:  # one thread finds the agent again; the others use what it found
-                if self.url == url:
+                if self._found == seen:
                     self.url, self._secret = self._reach()
+                    self._found += 1
             try:
                 return self._once(op, timeout, args)
             except _Gone as again:
@@ -133,8 +135,8 @@ class JobsSide:
         at = self.call("head_started_at")
         return None if at is None else float(at)
 
-    def open_warm(self, workers: int, idle_s: float) -> NoReturn:
-        raise UsageError("Warm cells through Ray Jobs come in a later release.", fix="run the cell without --warm")
+    def open_warm(self, workers: int, idle_s: float) -> JobsWarmChannel:
+        return JobsWarmChannel(self, workers, idle_s)
 
     def run_task(self, fn: Callable[..., T], *args: Any, node_id: str | None = None, timeout: float = 120.0) -> T:
         raise UsageError(
@@ -191,6 +193,46 @@ class _Gone(Exception):
 
     def __init__(self, error: ConnectError) -> None:
         self.error = error
+
+
+class JobsWarmChannel:
+    """A warm group's mailbox, kept by the agent (the seam's ``WarmChannel``). The agent ends it when this kernel
+    stops saying it is there (``TOUCH_S``, from a thread), as a Ray Client connection's own mailbox ends with it."""
+
+    #: how often the kernel says it is there; the agent ends a mailbox after ``AGENT_FORGETS_S`` without it
+    TOUCH_S = 10.0
+
+    def __init__(self, side: JobsSide, workers: int, idle_s: float) -> None:
+        self.side = side
+        self.id = str(side.call("warm_open", workers=workers, idle_s=idle_s))
+        self.token: Any = {"raynb_warm": self.id}  # the agent puts the mailbox's handle in its place at launch
+        self._stopped = threading.Event()
+        threading.Thread(target=self._touch, name="raynb-warm-touch", daemon=True).start()
+
+    def _touch(self) -> None:
+        while not self._stopped.wait(self.TOUCH_S):
+            try:
+                if not self.side.call("warm_touch", id=self.id):
+                    return  # the agent no longer has it: the group ended
+            except Exception:  # noqa: BLE001 - the agent does not answer now; the next touch tries again
+                continue
+
+    def post(self, cell: dict[str, Any]) -> int:
+        return int(self.side.call("warm_post", id=self.id, cell=cell))
+
+    def results(self, cell_id: int, timeout: float) -> dict[int, dict[str, Any]]:
+        got = self.side.call("warm_results", timeout=timeout + 30, id=self.id, cell_id=cell_id, timeout_s=timeout)
+        return {int(rank): r for rank, r in got.items()}
+
+    def interrupt(self, cell_id: int) -> None:
+        self.side.call("warm_interrupt", id=self.id, cell_id=cell_id)
+
+    def idle_for(self) -> float:
+        return float(self.side.call("warm_idle_for", id=self.id))
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self.side.call("warm_stop", id=self.id)
 
 
 def _raise_from(e: urllib.error.HTTPError) -> NoReturn:

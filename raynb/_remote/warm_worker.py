@@ -19,6 +19,8 @@ import threading
 import time
 from typing import Any
 
+from .._shared.cell_code import build, is_packed, unpack_globals
+
 __all__ = ["warm_loop", "WarmMailbox", "run_cell", "rank_namespace", "memory_mb"]
 
 #: how long a worker waits for the next cell in one call (it also notices a gone mailbox this often)
@@ -133,7 +135,8 @@ def run_cell(cell: dict[str, Any], ns: dict[str, Any], own: set[str], rank: int)
     if cell["kind"] == "call":
         from ray import cloudpickle
 
-        value = cloudpickle.loads(cell["fn"])(cell["config"])
+        fn = build(cell["fn"]) if is_packed(cell["fn"]) else cloudpickle.loads(cell["fn"])
+        value = fn(cell["config"])
         return _picklable(value) if rank == 0 and value is not None else {}
     if cell["kind"] == "pull":
         if cell["rank"] != rank:
@@ -143,8 +146,9 @@ def run_cell(cell: dict[str, Any], ns: dict[str, Any], own: set[str], rank: int)
             close = difflib.get_close_matches(name, [k for k in ns if not k.startswith("__")], n=5)
             return {"error": "NameError", "message": f"no name {name!r} on rank {rank}", "close": close}
         return _picklable(ns[name])
-    for k, v in cell["globals"].items():
-        if k not in own:
+    shipped = unpack_globals(cell["portable"]) if "portable" in cell else cell["globals"]  # Ray Jobs: as data
+    for k, v in shipped.items():
+        if k not in own and not k.startswith("__"):
             ns[k] = v
     tree = ast.parse(cell["source"], filename=cell["filename"])
     ast.increment_lineno(tree, cell["first_line"] - 1)

@@ -167,13 +167,39 @@ def pack_portable(fn: Callable[..., Any], limit: int = JOBS_PAYLOAD_LIMIT) -> by
             ) from None
         kind, name = "def", fn.__name__
         filename, first_line = fn.__code__.co_filename, fn.__code__.co_firstlineno
+    captured = capture(sorted(_referenced_names(fn.__code__)), fn.__globals__, skip={name} if kind == "def" else set())
+    packed = pack(
+        kind,  # type: ignore[arg-type]
+        source,
+        name=name,
+        filename=filename,
+        first_line=first_line,
+        modules=captured["modules"],
+        definitions=captured["definitions"],
+        values=captured["values"],
+    )
+    if len(packed) > limit:
+        mb = 2**20
+        biggest = sorted(captured["values"].items(), key=lambda kv: -len(kv[1]))[:3]
+        raise CaptureError(
+            f"This cell takes {len(packed) / mb:,.1f} MB of notebook data to the cluster; through Ray Jobs a cell "
+            f"carries at most {limit / mb:,.0f} MB.",
+            saw="the biggest: " + ", ".join(f"`{n}` {len(b) / mb:,.1f} MB" for n, b in biggest),
+            fix="have the workers load the data themselves (a path on the cluster's storage, s3://...), passing the "
+            "path through --config",
+        )
+    return packed
+
+
+def capture(names: list[str], g: dict[str, Any], skip: set[str] | None = None) -> dict[str, Any]:
+    """The notebook globals ``names`` (of namespace ``g``) as plain data another Python can make again
+    (``_shared/cell_code.unpack_globals``): modules by name, functions and classes defined in the notebook by their
+    source (and what those read, in turn), other values as plain pickles. What cannot travel so is named."""
     modules: dict[str, str] = {}
     definitions: dict[str, str] = {}
     values: dict[str, bytes] = {}
     culprits: list[str] = []
-    g = fn.__globals__
-    todo = sorted(_referenced_names(fn.__code__))
-    seen: set[str] = {name} if kind == "def" else set()
+    todo, seen = list(names), set(skip or ())
     while todo:
         n = todo.pop(0)
         if n in seen or n not in g:
@@ -210,27 +236,8 @@ def pack_portable(fn: Callable[..., Any], limit: int = JOBS_PAYLOAD_LIMIT) -> by
             fix="create such objects inside the cell (each worker makes its own), or pass plain values through "
             "--config.",
         )
-    packed = pack(
-        kind,  # type: ignore[arg-type]
-        source,
-        name=name,
-        filename=filename,
-        first_line=first_line,
-        modules=modules,
-        definitions=dict(reversed(definitions.items())),  # what a definition reads is defined before it
-        values=values,
-    )
-    if len(packed) > limit:
-        mb = 2**20
-        biggest = sorted(values.items(), key=lambda kv: -len(kv[1]))[:3]
-        raise CaptureError(
-            f"This cell takes {len(packed) / mb:,.1f} MB of notebook data to the cluster; through Ray Jobs a cell "
-            f"carries at most {limit / mb:,.0f} MB.",
-            saw="the biggest: " + ", ".join(f"`{n}` {len(b) / mb:,.1f} MB" for n, b in biggest),
-            fix="have the workers load the data themselves (a path on the cluster's storage, s3://...), passing the "
-            "path through --config",
-        )
-    return packed
+    # what a definition reads is defined before it
+    return {"modules": modules, "definitions": dict(reversed(definitions.items())), "values": values}
 
 
 def _source_of(obj: Any) -> str | None:

@@ -364,8 +364,7 @@ class Run:
             self.status = "succeeded"
         self.result = out
         # The launcher and sink belong to the cluster: the registry ends the launcher, the sink keeps the history.
-        side().prewarm(launcher_env(self.settings.health_check_interval_s))  # the next cell finds a warm launcher
-        self._mark_ended()
+        self._prewarm_and_mark_ended()
 
     def abort(self, timeout: float = 5.0) -> None:
         """Stop the run now: the registry kills the launcher, which takes the Train controller and workers with it."""
@@ -380,8 +379,17 @@ class Run:
         self.ended_at = time.time()
         self.status = "aborted"
         self.aborted_at_step = max(step, self.step)
-        side().prewarm(launcher_env(self.settings.health_check_interval_s))
-        self._mark_ended()
+        self._prewarm_and_mark_ended()
+
+    def _prewarm_and_mark_ended(self) -> None:
+        """A warm launcher for the next cell, then the end is in. Ending never waits on the spare: a cluster that
+        does not answer now (an agent being started again) must not leave ``wait()`` waiting forever."""
+        try:
+            side().prewarm(launcher_env(self.settings.health_check_interval_s))
+        except Exception:  # noqa: BLE001 - the next run starts its own launcher then
+            pass
+        finally:
+            self._mark_ended()
 
     def _mark_ended(self) -> None:
         """The final state is in: what follows the run (a background view) draws its last picture, then wait() returns."""

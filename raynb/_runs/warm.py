@@ -103,7 +103,10 @@ class WarmGroup:
         """``fn(config)`` on every rank of the group; returns rank 0's value."""
         from ray import cloudpickle
 
-        return self._execute({"kind": "call", "fn": cloudpickle.dumps(fn), "config": config or {}}, None)
+        from .cell import pack_portable
+
+        packed = cloudpickle.dumps(fn) if side().via == "client" else pack_portable(fn)  # Ray Jobs: as source
+        return self._execute({"kind": "call", "fn": packed, "config": config or {}}, None)
 
     def run_cell(
         self, source: str, namespace: dict[str, Any], *, first_line: int = 2, display: bool | str | None = None
@@ -113,8 +116,13 @@ class WarmGroup:
         filename = f"<warm-cell-{self.cells + 1}>"
         names = _read_names(source)
         shipped = {k: namespace[k] for k in names if k in namespace and not k.startswith("_") and k != "raynb"}
-        _check_travels(shipped)
         cell = {"kind": "cell", "source": source, "filename": filename, "first_line": first_line, "globals": shipped}
+        if side().via == "client":
+            _check_travels(shipped)
+        else:  # Ray Jobs: the notebook's values cross as plain data, its functions and classes as source
+            from .cell import capture
+
+            cell.update(globals={}, portable=capture(sorted(shipped), namespace))
         return self._execute(cell, "\n" * (first_line - 1) + source, display=display)
 
     def pull(self, name: str, rank: int = 0) -> Any:
@@ -323,13 +331,6 @@ def warm(
     to restart (``raynb.warm().stop()``); a group holds its workers (and GPUs) until it ends."""
     if not side().connected():
         raise not_connected()
-    if side().via != "client":
-        raise UsageError(
-            "Warm cells reach the cluster through Ray Client; this kernel reaches it through Ray Jobs (its Python or "
-            "Ray differs from the cluster's), where warm groups come in a later release.",
-            fix="run the cell without --warm (each run starts its own workers), or use a kernel with the cluster's "
-            "Python and Ray",
-        )
     settings = settings or resolve_settings({"workers": workers, "gpu": gpu, "cpus_per_worker": cpus_per_worker})
     shape = Shape(settings.workers, settings.gpu, settings.cpus_per_worker)
     group = current_warm()

@@ -18,7 +18,7 @@ import types
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-__all__ = ["FUNCTION_NAME", "MARK", "wrap", "pack", "is_packed", "build"]
+__all__ = ["FUNCTION_NAME", "MARK", "wrap", "pack", "is_packed", "build", "unpack_globals"]
 
 FUNCTION_NAME = "train_loop_per_worker"
 #: the first bytes of a packed cell (a cloudpickled function never starts so: pickle's protocol byte comes first)
@@ -98,17 +98,25 @@ def is_packed(payload: bytes) -> bool:
     return payload.startswith(MARK)
 
 
+def unpack_globals(captured: Mapping[str, Any], ns: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The notebook globals ``captured`` holds (``modules``, ``definitions``, ``values``, as :func:`pack` takes
+    them), made in ``ns`` (a new namespace unless given): modules imported, values unpickled, definitions run."""
+    if ns is None:
+        ns = {"__name__": "__raynb_cell__", "__builtins__": builtins}
+    for global_name, module in captured["modules"].items():
+        ns[global_name] = importlib.import_module(module)
+    for global_name, blob in captured["values"].items():
+        ns[global_name] = pickle.loads(blob)
+    for global_name, definition in captured["definitions"].items():
+        exec(compile(definition, f"<notebook: {global_name}>", "exec", _LAZY, dont_inherit=True), ns)
+    return ns
+
+
 def build(payload: bytes) -> Callable[[dict[str, Any]], Any]:
     """The function a packed cell holds, made in this process: its modules imported, the notebook's definitions run,
     its values unpickled, in a namespace of its own."""
     doc = pickle.loads(payload[len(MARK) :])
-    ns: dict[str, Any] = {"__name__": "__raynb_cell__", "__builtins__": builtins}
-    for global_name, module in doc["modules"].items():
-        ns[global_name] = importlib.import_module(module)
-    for global_name, blob in doc["values"].items():
-        ns[global_name] = pickle.loads(blob)
-    for global_name, definition in doc["definitions"].items():
-        exec(compile(definition, f"<notebook: {global_name}>", "exec", _LAZY, dont_inherit=True), ns)
+    ns = unpack_globals(doc)
     if doc["kind"] == "cell":
         fn = types.FunctionType(wrap(doc["source"], filename=doc["filename"], first_line=doc["first_line"]), ns)
         fn.__qualname__ = FUNCTION_NAME
