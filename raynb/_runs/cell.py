@@ -206,6 +206,8 @@ def capture(names: list[str], g: dict[str, Any], skip: set[str] | None = None) -
             continue
         seen.add(n)
         v = g[n]
+        if _a_builtin(n, v) or (n.startswith("__") and n.endswith("__")):
+            continue  # the other side has its own (a class body reads the module's `__name__`)
         if isinstance(v, types.ModuleType):
             modules[n] = v.__name__
         elif isinstance(v, (types.FunctionType, type)) and getattr(v, "__module__", None) == g.get("__name__"):
@@ -238,6 +240,15 @@ def capture(names: list[str], g: dict[str, Any], skip: set[str] | None = None) -
         )
     # what a definition reads is defined before it
     return {"modules": modules, "definitions": dict(reversed(definitions.items())), "values": values}
+
+
+def _a_builtin(name: str, value: Any) -> bool:
+    """A builtin, or a wrapper of one standing in for it (a Jupyter kernel's ``open`` is IPython's, which refuses
+    the kernel's own standard streams): not the notebook's to send."""
+    import builtins
+
+    own = getattr(builtins, name, None)
+    return own is not None and (value is own or getattr(value, "__wrapped__", None) is own)
 
 
 def _source_of(obj: Any) -> str | None:

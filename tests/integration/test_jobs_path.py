@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 import subprocess
 import textwrap
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,14 +75,20 @@ OTHER_RAY_SCRIPT = textwrap.dedent("""
 RUN_FILE = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
 
 
+def _other_env() -> dict[str, str]:
+    """The environment of a process of the other Ray: none of this venv's Ray settings, raynb from the project."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "VIRTUAL_ENV"))}
+    env["PYTHONPATH"] = str(Path(raynb.__file__).resolve().parents[1])
+    return env
+
+
 def _kernel(script: str, cluster: raynb.Cluster, tmp_path: Path, *args: str, timeout: float = 400) -> dict:
     """Run ``script`` from a file in the other Ray's Python, given the head's address, token file and dashboard
     (then ``args``); what its ``RESULT`` line says."""
     from tests.other_ray import other_ray_python
 
     head = cluster.backend.head
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "VIRTUAL_ENV"))}
-    env["PYTHONPATH"] = str(Path(raynb.__file__).resolve().parents[1])
+    env = _other_env()
     file = tmp_path / f"kernel-{len(list(tmp_path.glob('kernel-*.py')))}.py"
     file.write_text(script)
     argv = [str(file), cluster.address, str(head.token_path), str(head.dashboard_url), *args]
@@ -129,6 +137,85 @@ def test_a_kernel_of_another_ray_trains_through_ray_jobs(cluster: raynb.Cluster,
     )
     assert out["down"].endswith("raynb did not start that cluster, so it keeps running"), out["down"]
     assert cluster.backend.head.alive()
+
+
+FAILS_ONCE = """%%raytrain --workers 2 --max-failures 1 --out again
+import os, ray, raynb
+rank = ray.train.get_context().get_world_rank()
+for step in range(6):
+    raynb.report(step=step, loss=1.0 / (step + 1))
+    if rank == 1 and step == 2 and not os.path.exists(MARKER):
+        open(MARKER, "w").close()
+        raise RuntimeError("rank 1 fails once")
+"""
+
+
+def test_the_magics_in_a_jupyter_kernel_of_ray_2_55_1(cluster: raynb.Cluster, tmp_path: Path) -> None:
+    """A real Jupyter kernel of the Ray 2.55.1 environment, driven message by message as a notebook's:
+    ``%raycluster up --address`` reaches the head through Ray Jobs; a ``%%raytrain`` cell whose rank 1 fails once
+    (a notebook global names its marker file) starts again under ``--max-failures 1`` and succeeds, the live view
+    saying which attempt; Hugging Face's Trainer with Ray's callback, Ray's guide pasted unchanged, trains and
+    checkpoints; an interrupt (the kernel's stop button) aborts a run, its workers end and the kernel stays usable;
+    ``down`` leaves the head running."""
+    import ray
+
+    from tests.compat.test_upstream_idioms import HF_GUIDE
+    from tests.notebook.kernels import STEP, errors, html_of, kernel, run, text, train_workers
+    from tests.other_ray import OTHER_RAY, other_ray_python
+
+    head = cluster.backend.head
+
+    def cell(code: str, timeout: float = 300, on_msg: Any = None) -> list[dict]:
+        out = run(kc, code, timeout=timeout, on_msg=on_msg)
+        assert not errors(out), text(out)[-4000:]
+        return out
+
+    with kernel(env=_other_env(), cwd=str(tmp_path), python=str(other_ray_python())) as (km, kc):
+        up = cell(
+            "%load_ext raynb\nimport ray\nprint('kernel Ray', ray.__version__)\n"
+            f"%raycluster up --address {cluster.address} --token-file {head.token_path} "
+            f"--dashboard-url {head.dashboard_url}",
+            timeout=240,
+        )
+        assert f"kernel Ray {OTHER_RAY}" in text(up) and "through Ray Jobs" in text(up), text(up)
+
+        views: list[str] = []
+        cell(f"MARKER = {str(tmp_path / 'failed-once')!r}")
+        cell(FAILS_ONCE, on_msg=lambda m: views.append(html_of(m)))
+        said = text(cell("print(again.status, again.attempt, sorted({(r['attempt'], r['step']) for r in again.records "
+                         "if r['rank'] == 1}))"))  # fmt: skip
+        assert said.startswith("succeeded 2 ["), said
+        assert "(1, 2)" in said and "(2, 5)" in said, said  # rank 1's steps on each attempt
+        assert any("attempt 2 of 2" in v for v in views), "the live view says the run started again"
+
+        cell(f"%%raytrain --workers 2 --out hf\n{HF_GUIDE}", timeout=400)
+        said = text(
+            cell(
+                "m = hf.metrics\nprint(hf.status, m.loss.iloc[0] > m.loss.iloc[-1], bool((hf.result or {}).get('checkpoint')))"
+            )
+        )
+        assert said.strip() == "succeeded True True", said
+
+        steps: list[int] = []
+        interrupted: list[float] = []
+
+        def watch(m: dict) -> None:
+            steps.extend(int(s) for s in STEP.findall(html_of(m)))
+            if steps and max(steps) >= 3 and not interrupted:
+                km.interrupt_kernel()
+                interrupted.append(time.monotonic())
+
+        loop = "import time, raynb\nfor i in range(10_000):\n    time.sleep(0.2)\n    raynb.report(loss=1.0 / (i + 1))"
+        msgs = run(kc, f"%%raytrain --workers 2 --out r\n{loop}", on_msg=watch)
+        assert interrupted, "the run never reached step 3"
+        errs = errors(msgs)
+        assert len(errs) == 1 and errs[0]["ename"] == "RunAborted", text(msgs)
+        while train_workers() and time.monotonic() - interrupted[0] < 30:
+            time.sleep(0.2)
+        assert train_workers() == [], "the workers must be stopped by the interrupt, not left running"
+        said = text(cell("print(r.status, r.aborted_at_step >= 3)\n%raycluster down"))
+        assert "aborted True" in said and "raynb did not start that cluster, so it keeps running" in said, said
+    assert head.alive() and ray.__version__ != OTHER_RAY
 
 
 STARTS_AND_DIES = textwrap.dedent("""

@@ -2,23 +2,39 @@
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import re
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
+from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
 
 STEP = re.compile(r'data-step="(\d+)"')
 
 
 @contextmanager
-def kernel(env: dict[str, str] | None = None, cwd: str | None = None) -> Iterator[tuple[KernelManager, Any]]:
-    km = KernelManager(kernel_name="python3")
-    km.start_kernel(env={**os.environ, **(env or {})}, cwd=cwd)
+def kernel(
+    env: dict[str, str] | None = None, cwd: str | None = None, python: str | None = None
+) -> Iterator[tuple[KernelManager, Any]]:
+    """A kernel of this venv's Python, or of ``python`` (another environment's, with ipykernel installed) with
+    exactly ``env``."""
+    if python is None:
+        km = KernelManager(kernel_name="python3")
+        env = {**os.environ, **(env or {})}
+    else:
+        specs = Path(tempfile.mkdtemp(prefix="raynb-kernelspec-"))
+        (specs / "other").mkdir()
+        argv = [python, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+        (specs / "other" / "kernel.json").write_text(json.dumps({"argv": argv, "language": "python"}))
+        km = KernelManager(kernel_name="other", kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(specs)]))
+    km.start_kernel(env=env, cwd=cwd)
     kc = km.client()
     kc.start_channels()
     kc.wait_for_ready(timeout=120)
@@ -78,3 +94,15 @@ def text(msgs: list[dict[str, Any]]) -> str:
         elif m["msg_type"] == "error":
             out.append("\n".join(c["traceback"]))
     return "\n".join(out)
+
+
+def train_workers() -> list[int]:
+    """Ray Train worker processes on this machine (Ray names each actor's process after its class)."""
+    pids = []
+    for p in Path("/proc").iterdir():
+        try:
+            if p.name.isdigit() and (p / "cmdline").read_bytes().startswith(b"ray::RayTrainWorker"):
+                pids.append(int(p.name))
+        except OSError:
+            pass
+    return pids

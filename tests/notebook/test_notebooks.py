@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from .kernels import STEP, errors, html_of, kernel, run, text
+from .kernels import STEP, errors, html_of, kernel, run, text, train_workers
 
 
 def test_stop_button_aborts_and_the_kernel_stays_usable(session_head: object) -> None:
@@ -18,22 +18,13 @@ def test_stop_button_aborts_and_the_kernel_stays_usable(session_head: object) ->
         interrupted: list[float] = []
         seen_alive: list[int] = []
 
-        def alive() -> list[int]:
-            """Ray Train worker processes on this machine (Ray names each actor's process after its class)."""
-            pids = []
-            for p in Path("/proc").iterdir():
-                try:
-                    if p.name.isdigit() and (p / "cmdline").read_bytes().startswith(b"ray::RayTrainWorker"):
-                        pids.append(int(p.name))
-                except OSError:
-                    pass
-            return pids
-
         def watch(m: dict) -> None:
             for s in STEP.findall(html_of(m)):
                 steps.append(int(s))
             if steps and max(steps) >= 3 and not interrupted:
-                seen_alive.append(len(alive()))  # the query must see the workers before it can vouch they are gone
+                seen_alive.append(
+                    len(train_workers())
+                )  # the query must see the workers before it can vouch they are gone
                 km.interrupt_kernel()
                 interrupted.append(time.monotonic())
 
@@ -47,9 +38,9 @@ def test_stop_button_aborts_and_the_kernel_stays_usable(session_head: object) ->
         assert len(errs) == 1 and errs[0]["ename"] == "RunAborted", text(msgs)
         assert "aborted at step" in errs[0]["evalue"] and "SystemExit" not in text(msgs)
         assert seen_alive == [2], seen_alive
-        while alive() and time.monotonic() - interrupted[0] < 30:
+        while train_workers() and time.monotonic() - interrupted[0] < 30:
             time.sleep(0.2)
-        assert alive() == [], "the workers must be stopped by the interrupt, not left running"
+        assert train_workers() == [], "the workers must be stopped by the interrupt, not left running"
         after = run(kc, "print(r.status, r.aborted_at_step >= 3, 6 * 7)")
         assert "aborted True 42" in text(after)
 

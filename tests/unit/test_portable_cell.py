@@ -72,6 +72,18 @@ def test_a_cell_travels_as_source_with_its_modules_functions_classes_and_values(
     assert _elsewhere(payload) == "answer (7.5, (3, 4))"
 
 
+def test_a_kernels_stand_in_for_a_builtin_and_its_module_names_stay_behind() -> None:
+    """A Jupyter kernel's namespace holds IPython's own ``open`` (not picklable: "not the same object as io.open")
+    and ``__name__`` (``"__main__"``, which a class body reads): a cell uses the other side's."""
+    from IPython.core.interactiveshell import _modified_open
+
+    ns = _notebook("PATH = '/dev/null'\n")
+    ns["open"] = _modified_open  # as ipykernel's namespace has it
+    cell = "class Empty:\n    pass\nwith open(PATH) as f:\n    return f.read() + str(len(config)) + Empty.__name__"
+    fn = compile_cell(cell, ns, filename="<cell-4>")  # a class body reads the module's `__name__`: theirs
+    assert _elsewhere(pack_portable(fn)) == "answer 1Empty"
+
+
 def test_a_failing_cell_keeps_its_own_line_numbers_on_the_other_side() -> None:
     fn = compile_cell("a = 1\nb = 2\nraise ValueError('boom')\n", {"__name__": "__main__"}, filename="<cell-7>")
     assert _elsewhere(pack_portable(fn)) == "raised ValueError <cell-7> 4"  # the kernel has the cell's text
