@@ -68,8 +68,11 @@ class WarmMailbox:
             self._cond.notify_all()
 
     def results(self, cell_id: int, timeout: float) -> dict[int, dict[str, Any]]:
+        """The ranks' results so far: at once when every rank has answered, else after the next answer or
+        ``timeout``."""
         with self._cond:
-            self._cond.wait(timeout)
+            if len(self._results.get(cell_id, {})) < self.workers:
+                self._cond.wait(timeout)
             return dict(self._results.get(cell_id, {}))
 
     def interrupt(self, cell_id: int) -> None:
@@ -230,7 +233,8 @@ def _run_interruptibly(mailbox: Any, cell: dict[str, Any], ns: dict, own: set[st
                 finished.set()
     except KeyboardInterrupt:  # it landed just as the cell ended
         result = {"interrupted": True}
-    watcher.join(timeout=2)
+    # not joined: the watcher can no longer raise (``finished`` is set under ``lock``), and it is waiting in the
+    # mailbox until this rank's result arrives there (joining it first cost every warm cell a second)
     result["memory"] = memory_mb()
     return result
 

@@ -98,6 +98,31 @@ def test_a_warm_rank_has_raynb_as_the_notebook_does() -> None:
     assert cloudpickle.loads(out["value"]) is raynb.report
 
 
+def test_a_warm_cells_answers_come_back_as_soon_as_every_rank_has_given_one() -> None:
+    """The mailbox the kernel asks: every rank's answer already there is returned at once (an unconditional wait
+    used to cost a quarter second), a missing one waits for the next answer; and a rank's own watcher returns as
+    soon as any rank's answer arrives, which is why a rank posts its answer without waiting for its watcher (that
+    wait made every warm cell a second slower)."""
+    import threading
+    import time
+
+    from raynb._remote.warm_worker import WarmMailbox
+
+    box = WarmMailbox(workers=2, idle_s=60)
+    cell = box.put({"kind": "cell"})
+    watcher = threading.Thread(target=box.interrupted, args=(cell, 30.0))
+    watcher.start()
+    box.done(cell, 0, {"seconds": 0.0})
+    watcher.join(5)
+    assert not watcher.is_alive(), "a watcher waits only until an answer arrives"
+    t0 = time.perf_counter()
+    assert list(box.results(cell, 0.5)) == [0] and time.perf_counter() - t0 >= 0.4  # one missing: it waits
+    threading.Timer(0.1, box.done, args=(cell, 1, {"seconds": 0.0})).start()
+    assert len(box.results(cell, 30.0)) == 2  # the next answer ends the wait
+    t0 = time.perf_counter()
+    assert len(box.results(cell, 30.0)) == 2 and time.perf_counter() - t0 < 0.1  # all there: at once
+
+
 def test_packages_pip_installed_under_the_notebooks_folder_are_not_shipped(tmp_path: Path) -> None:
     """``pip install --target libs`` beside the notebook: what it installed has a dist-info, so it is imported on the
     workers as installed code, never pickled by value (found: Ray itself shipped by value, then "excessively deep
