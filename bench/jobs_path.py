@@ -3,7 +3,7 @@
   python bench/jobs_path.py [--rounds 2] [--out bench/results/NAME.json]
 
 One embedded head; this process is the kernel, connected through Ray Client (``via="client"``) or through Ray Jobs
-(``via="jobs"``: the same Python and Ray, the path forced), the order flipped every round. Each round and path: one
+(``via="jobs"``: the same Python and Ray, the path forced), the order flipped every round, ``SETTLE_S`` between turns. Each round and path: one
 cold 2-worker run whose function reports a step every 0.2 s for 40 steps. Measured from this process:
 
 - ``first_step_s``: from the ``raynb.train`` call to the first step seen here (the cell's pickle or its source
@@ -53,9 +53,9 @@ def _one_run(tag: str) -> tuple[float, list[float]]:
 
     def watch() -> None:
         while not run.done():
-            if run.records or run.stream is not None:
-                step = run.step
-                seen.setdefault(step, time.time())
+            picture = run.picture
+            if picture is not None and picture.records:  # a step seen (before any, run.step says 0 too)
+                seen.setdefault(run.step, time.time())
             time.sleep(0.01)
 
     watcher = threading.Thread(target=watch, daemon=True)
@@ -70,6 +70,11 @@ def _one_run(tag: str) -> tuple[float, list[float]]:
     lat = [(seen[s] - reported[s]) * 1000 for s in sorted(seen) if s in reported and s > 0]
     first_seen = min((t for s, t in seen.items() if s in reported), default=first)
     return first_seen - t0, lat
+
+
+#: after a path's turn, before the other's: a Ray Client session's end keeps the head's server busy for seconds
+#: (seen as +2 s on the next path's first step, a Jobs round after a Client one, in both records before this wait)
+SETTLE_S = 10.0
 
 
 def _warm_cells(n: int = 10) -> list[float]:
@@ -139,6 +144,7 @@ def main() -> None:
             warm = _warm_cells()
             attach = _attach(long_run, args.records)
             raynb.current().disconnect()
+            time.sleep(SETTLE_S)
             say(
                 f"round {i} {via}: first step {first:.2f} s, seen after report p50 {_p(lat, 0.5):.0f} ms, "
                 f"warm cell p50 {statistics.median(warm):.3f} s, attach {attach:.2f} s"

@@ -54,9 +54,22 @@ def session_head() -> Iterator[object]:
     yield head
     local.stop_head(head)
     deadline = time.monotonic() + 10
-    while local.processes_of(head) and time.monotonic() < deadline:
+    while (local.processes_of(head) or _agents()) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert local.processes_of(head) == [], "raynb left Ray processes behind"
+    assert _agents() == [], "raynb's agent (a Ray Job, in a session of its own) outlived its head"
+
+
+def _agents() -> list[int]:
+    """raynb's agents on this machine (the Jobs path's cluster side)."""
+    found = []
+    for p in Path("/proc").iterdir():
+        try:
+            if p.name.isdigit() and (p / "cmdline").read_bytes().startswith(b"python -m raynb._agent"):
+                found.append(int(p.name))
+        except OSError:
+            pass
+    return found
 
 
 @pytest.fixture(scope="session")

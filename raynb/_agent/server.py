@@ -241,8 +241,15 @@ def main() -> None:
     signal.signal(signal.SIGTERM, stop_answering)
     print(f"{LISTENING} {server.server_address[1]}", flush=True)
     threading.Thread(target=server.serve_forever, name="raynb-agent-http", daemon=True).start()
+    parent, last_check = os.getppid(), time.monotonic()
     while True:
-        time.sleep(min(10.0, idle_s))
+        time.sleep(1.0)
+        if os.getppid() != parent:  # the job's supervisor is gone (the head stopped): nothing left to serve
+            server.socket.close()
+            os._exit(0)
+        if time.monotonic() - last_check < min(10.0, idle_s):
+            continue
+        last_check = time.monotonic()
         agent.forget_silent_kernels()
         if time.monotonic() - agent.last_call > idle_s and not side.active_runs() and not agent.warm:
             print(f"raynb agent: no call for {idle_s:g} s and no run going on; ending", flush=True)
