@@ -25,7 +25,11 @@ def _result(msgs: list[dict]) -> str:
 
 
 def _printed(msgs: list[dict]) -> str:
-    return "".join(m["content"]["text"] for m in msgs if m["msg_type"] == "stream")
+    """What the cell printed. Not the lines Ray forwards from the workers' own stderr (`(RayTrainWorker pid=N) ...`):
+    they reach the kernel when Ray's log monitor sends them, and a warm cell now answers within milliseconds, so a
+    warning an earlier cell raised on the workers may print during this one."""
+    out = "".join(m["content"]["text"] for m in msgs if m["msg_type"] == "stream")
+    return "".join(ln for ln in out.splitlines(keepends=True) if "(RayTrainWorker pid=" not in ln)
 
 
 pytestmark = pytest.mark.journey
