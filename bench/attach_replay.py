@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import ray
@@ -48,6 +49,21 @@ def fill(sink: object, ranks: int, steps: int, batch: int = 20_000) -> int:
     return n
 
 
+def finished_run(name: str, ranks: int, records: int) -> tuple[int, float, Any]:
+    """A finished run ``name`` in the cluster's registry whose sink holds ``records`` records (``ranks`` x steps),
+    filled as raynb.report sends them, no fit(): the records filled, the seconds filling took, and the sink."""
+    reg, sink = registry(), sink_actor()
+    spec = {"workers": ranks, "gpu": False, "cpus_per_worker": 1.0, "config": {}, "name": name}
+    spec |= {"worker_env": {}, "storage_path": None}
+    launcher = ray.remote(num_cpus=0)(Launcher).remote()  # idle: the run is marked finished below, no fit()
+    assert ray.get(reg.register.remote(name, {"spec": spec, "user": "bench"}, launcher, sink)) is None
+    t = time.perf_counter()
+    n = fill(sink, ranks, records // ranks)
+    fill_s = time.perf_counter() - t
+    ray.get(reg.finished.remote(name, {"status": "succeeded"}))
+    return n, fill_s, sink
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=1_000_000)
@@ -55,17 +71,8 @@ def main() -> None:
     ap.add_argument("--out")
     args = ap.parse_args()
     raynb.up(local=True, progress=lambda m: print(m, file=sys.stderr))
-    steps = args.records // args.ranks
     name = f"attach-bench-{int(time.time())}"
-    reg, sink = registry(), sink_actor()
-    spec = {"workers": args.ranks, "gpu": False, "cpus_per_worker": 1.0, "config": {}, "name": name}
-    spec |= {"worker_env": {}, "storage_path": None}
-    launcher = ray.remote(num_cpus=0)(Launcher).remote()  # idle: the run is marked finished below, no fit()
-    assert ray.get(reg.register.remote(name, {"spec": spec, "user": "bench"}, launcher, sink)) is None
-    t = time.perf_counter()
-    n = fill(sink, args.ranks, steps)
-    fill_s = time.perf_counter() - t
-    ray.get(reg.finished.remote(name, {"status": "succeeded"}))
+    n, fill_s, sink = finished_run(name, args.ranks, args.records)
     summary = ray.get(sink.summary.remote())
 
     t = time.perf_counter()
@@ -96,7 +103,7 @@ def main() -> None:
         "picture_html_bytes": len(bundle["text/html"]),
         "target_s": 2.0,
     }
-    ray.get(reg.remove.remote(name))
+    ray.get(registry().remove.remote(name))
     emit(out, args.out)
     raynb.down(force=True)
 

@@ -91,20 +91,10 @@ def _warm_cells(n: int = 10) -> list[float]:
 
 def _long_finished_run(records: int) -> str:
     """A finished run of ``records`` records in the cluster's registry (through Ray Client, as attach_replay)."""
-    import ray
-    from attach_replay import fill
-
-    from raynb._client.spares import registry, sink_actor
-    from raynb._remote.launcher import Launcher
+    from attach_replay import finished_run
 
     name = f"bench-attach-{int(time.time())}"
-    reg, sink = registry(), sink_actor()
-    spec = {"workers": 2, "gpu": False, "cpus_per_worker": 1.0, "config": {}, "name": name}
-    spec |= {"worker_env": {}, "storage_path": None}
-    launcher = ray.remote(num_cpus=0)(Launcher).remote()
-    ray.get(reg.register.remote(name, {"spec": spec, "user": "bench"}, launcher, sink))
-    fill(sink, 2, records // 2)
-    ray.get(reg.finished.remote(name, {"status": "succeeded"}))
+    finished_run(name, 2, records)
     return name
 
 

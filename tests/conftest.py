@@ -62,14 +62,9 @@ def session_head() -> Iterator[object]:
 
 def _agents() -> list[int]:
     """raynb's agents on this machine (the Jobs path's cluster side)."""
-    found = []
-    for p in Path("/proc").iterdir():
-        try:
-            if p.name.isdigit() and (p / "cmdline").read_bytes().startswith(b"python -m raynb._agent"):
-                found.append(int(p.name))
-        except OSError:
-            pass
-    return found
+    from raynb._cluster.processes import pids_naming
+
+    return pids_naming("python -m raynb._agent")
 
 
 @pytest.fixture(scope="session")

@@ -232,7 +232,7 @@ def main() -> None:
     server = _listen(_handler(agent, secret), host, int(os.environ.get(PORT_ENV, DEFAULT_PORT)))
     server.daemon_threads = True
 
-    def stop_answering(signum: int, frame: Any) -> None:
+    def stop_answering(*_: Any) -> None:
         # the job is stopped: stop answering first -- an agent whose Ray is shutting down would answer with errors
         # where a kernel should see no answer, and find (or start) the agent again
         server.socket.close()
@@ -245,8 +245,7 @@ def main() -> None:
     while True:
         time.sleep(1.0)
         if os.getppid() != parent:  # the job's supervisor is gone (the head stopped): nothing left to serve
-            server.socket.close()
-            os._exit(0)
+            stop_answering()
         if time.monotonic() - last_check < min(10.0, idle_s):
             continue
         last_check = time.monotonic()

@@ -6,6 +6,7 @@ import json
 import os
 import queue
 import re
+import shutil
 import tempfile
 import time
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ def kernel(
 ) -> Iterator[tuple[KernelManager, Any]]:
     """A kernel of this venv's Python, or of ``python`` (another environment's, with ipykernel installed) with
     exactly ``env``."""
+    specs = None
     if python is None:
         km = KernelManager(kernel_name="python3")
         env = {**os.environ, **(env or {})}
@@ -44,6 +46,8 @@ def kernel(
         kc.stop_channels()
         if km.is_alive():
             km.shutdown_kernel(now=True)
+        if specs is not None:
+            shutil.rmtree(specs, ignore_errors=True)
 
 
 def run(
@@ -98,11 +102,6 @@ def text(msgs: list[dict[str, Any]]) -> str:
 
 def train_workers() -> list[int]:
     """Ray Train worker processes on this machine (Ray names each actor's process after its class)."""
-    pids = []
-    for p in Path("/proc").iterdir():
-        try:
-            if p.name.isdigit() and (p / "cmdline").read_bytes().startswith(b"ray::RayTrainWorker"):
-                pids.append(int(p.name))
-        except OSError:
-            pass
-    return pids
+    from raynb._cluster.processes import pids_naming
+
+    return pids_naming("ray::RayTrainWorker")
