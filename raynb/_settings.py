@@ -121,6 +121,10 @@ class Settings:
         "--max-failures",
     )
     storage_path: str | None = option(None, "where Ray Train keeps run state and checkpoints (default ~/ray_results)")
+    shared_mount_path: str | None = option(
+        None,
+        "a path mounted on every node (NFS, EFS, FSx): storage under it counts as every node's (the doctor checks it)",
+    )
     checkpoints: bool = option(
         True,
         "the run saves checkpoints (off: it never does, so node-local storage is fine on many nodes)",
@@ -208,6 +212,13 @@ def resolve(
             if key in FIELDS and key not in chosen and value is not None:
                 chosen[key] = _coerce(key, value, source)
     return dataclasses.replace(Settings(), **chosen)
+
+
+def overlay(settings: Settings, flags: Mapping[str, Any]) -> Settings:
+    """``settings`` with each flag that is set (not ``None``) on top: a call's own arguments win over the settings
+    it is handed."""
+    given = {k: _coerce(k, v, "a flag") for k, v in flags.items() if k in FIELDS and v is not None}
+    return dataclasses.replace(settings, **given)
 
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -104,7 +104,9 @@ def _ray_checks(cl: Cluster) -> list[Check]:
             )
         )
     nodes, mounts = cl.backend.storage_reach()
-    out.append(storage_check(resolve_settings().storage_path, nodes, mounts))
+    settings = resolve_settings()
+    mounts = (*mounts, *filter(None, [settings.shared_mount_path]))
+    out.append(storage_check(settings.storage_path, nodes, mounts))
     nvls = WORKER_ENV_DEFAULTS.get("NCCL_NVLS_ENABLE")
     out.append(Check("NVLink multicast off for workers", "ok" if nvls == "0" else "warn", f"NCCL_NVLS_ENABLE={nvls}"))
     return out

@@ -58,10 +58,14 @@ def storage_check(storage_path: str | None, nodes: int, shared_mounts: tuple[str
     def on(node: dict[str, Any], fn: Any, *args: Any) -> Any:
         return run_task(fn, *args, node_id=node["NodeID"])
 
+    def named(node: dict[str, Any], role: str) -> str:
+        return f"{role} ({node['NodeID'][:8]} at {node.get('NodeManagerAddress')})"
+
     if worker is head:  # one node: it writes and reads
         sides = [(head, head, "the only node", "the only node")]
     else:
-        sides = [(worker, head, "a worker node", "the head"), (head, worker, "the head", "a worker node")]
+        w, h = named(worker, "a worker node"), named(head, "the head")
+        sides = [(worker, head, w, h), (head, worker, h, w)]
     for src, dst, src_name, dst_name in sides:
         key, text = uuid.uuid4().hex, f"written by raynb's doctor on {src.get('NodeManagerAddress')}"
         err = on(src, write_file, storage_path, key, text)

@@ -39,11 +39,19 @@ def report(metrics: dict[str, Any] | None = None, /, **kw: Any) -> None:
     ``samples_per_s``/``tokens_per_s`` directly. Tensors are fine: they are read off the GPU on another thread.
     Outside a raynb run this does nothing.
     """
+    if metrics:
+        kw = {**metrics, **kw}
+    for key, value in kw.items():
+        kind = type(value)
+        if kind.__name__ == "Checkpoint" and kind.__module__.startswith("ray."):
+            raise TypeError(
+                f"raynb.report({key}=...) got a Ray Train Checkpoint: raynb.report sends metrics to the notebook "
+                "only. Save it with ray.train.report(metrics, checkpoint=...), called on every rank (None on the "
+                "ranks that save nothing)."
+            )
     rep = _reporter
     if rep is None:
         return
-    if metrics:
-        kw = {**metrics, **kw}
     rep.add(kw)
 
 

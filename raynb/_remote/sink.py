@@ -206,8 +206,12 @@ class MetricsSink:
 
 
 def _lost_workers(started: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Which of an attempt's worker processes died of something other than Ray Train ending them, and why (Ray's
-    state API: the dashboard's; an empty list where it cannot answer)."""
+    """Which of an attempt's worker processes died of something other than Ray Train ending them, and why: first the
+    ranks whose node the cluster has lost (the GCS's node table, which needs no dashboard), then each process's own
+    end (Ray's state API: the dashboard's); an empty list where neither can answer."""
+    lost = _ranks_on_lost_nodes(started)
+    if lost:
+        return lost
     try:
         from ray.util.state import list_workers
 
@@ -220,3 +224,29 @@ def _lost_workers(started: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return out
     except Exception:  # noqa: BLE001 - no dashboard (RAYNB_LOCAL_DASHBOARD=0) or an older Ray: say less
         return []
+
+
+def _ranks_on_lost_nodes(started: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ranks of ``started`` whose node is dead in the GCS's node table, with the reason the GCS gives."""
+    try:
+        import ray
+
+        dead = {n["NodeID"]: n for n in ray.nodes() if not n.get("Alive")}
+    except Exception:  # noqa: BLE001 - no answer from the GCS: say less
+        return []
+    out = []
+    for ev in started:
+        node = dead.get(ev.get("node_id") or "")
+        if node is not None:
+            why = (node.get("DeathReasonMessage") or "no reason given").strip()
+            address = node.get("NodeManagerAddress") or "?"
+            out.append(
+                {
+                    "rank": ev["rank"],
+                    "node": ev.get("node"),
+                    "pid": ev["pid"],
+                    "node_lost": f"{ev['node_id'][:8]} at {address}",
+                    "why": why[:300],
+                }
+            )
+    return out

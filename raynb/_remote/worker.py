@@ -202,6 +202,7 @@ def run_on_worker(payload: bytes, config: dict[str, Any], sink: Any, info: dict[
             "local_rank": ctx.get_local_rank(),
             "world_size": ctx.get_world_size(),
             "node": socket.gethostname(),
+            "node_id": ray.get_runtime_context().get_node_id(),
             "node_rank": ctx.get_node_rank(),
             "pid": os.getpid(),
             "gpu": gpu,

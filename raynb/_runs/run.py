@@ -25,6 +25,7 @@ from .._shared.seam import RunChannel
 from .._shared.worker_env import launcher_env
 from ..errors import ConnectError, RunAborted, TrainingFailedError, UsageError
 from .journal import remember
+from .metrics_table import metrics_table
 from .run_error import RunError, assemble_error, nccl_hint
 from .stream import MetricStream, log_line
 
@@ -97,18 +98,10 @@ class Run:
     @property
     def metrics(self) -> Any:
         """Every reported record as a pandas DataFrame: ``rank``, ``step``, ``time`` (when it was reported, a UTC
-        timestamp), ``seconds`` (since the run started) and each reported key."""
-        import pandas as pd
-
-        first = ["rank", "step", "time", "seconds"]
-        df = pd.DataFrame.from_records(self.records)
-        if df.empty:
-            return pd.DataFrame(columns=first)
-        df = df.sort_values(["time", "rank"], kind="stable").reset_index(drop=True)
-        t0 = self.started_at if self.started_at is not None else float(df["time"].min())
-        df["seconds"] = df["time"] - t0
-        df["time"] = pd.to_datetime(df["time"], unit="s", utc=True)
-        return df[first + [c for c in df.columns if c not in first]]
+        timestamp), ``seconds`` (since the run started) and each reported key. Each step once: where Ray Train
+        started the workers again (``max_failures``), the steps the next attempt did again from its checkpoint are
+        that attempt's (the ``attempt`` column says which; ``run.records`` keeps every record)."""
+        return metrics_table(self.records, self.started_at)
 
     @property
     def nccl(self) -> dict[int, dict[str, Any]]:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._client import side
 from .._current import current, resolve_settings
-from .._settings import Settings
+from .._settings import Settings, overlay
 from .._shared.worker_env import worker_env
 from ..errors import UsageError
 from .cell import large_payload_note, largest_globals, modules_beside, pack_portable, serialize
@@ -139,6 +139,7 @@ def _start_payload(
         storage_path, max_failures = settings.storage_path, settings.max_failures
     if cl is not None:  # before any worker starts: checkpoints stranded on one node fail only after every step
         nodes, shared = cl.backend.storage_reach()
+        shared = (*shared, *filter(None, [settings.shared_mount_path]))
         check_reachable_by_every_node(storage_path, nodes=nodes, shared_mounts=shared, checkpoints=settings.checkpoints)
     spec = RunSpec(
         workers=settings.workers,
@@ -335,19 +336,17 @@ def train(
     notebooks and a text line in terminals; False shows nothing.
     """
     shape = shape_of(scaling_config, workers=workers, gpu=gpu, cpus_per_worker=cpus_per_worker)
-    if settings is None:
-        flags = {
-            "workers": workers,
-            "gpu": gpu,
-            "cpus_per_worker": cpus_per_worker,
-            "nccl": nccl,
-            "strict_efa": strict_efa,
-            "max_failures": max_failures,
-            "checkpoints": checkpoints,
-        }
-        settings = resolve_settings({**flags, **shape})
-    elif shape:
-        settings = dataclasses.replace(settings, **shape)
+    flags = {
+        "workers": workers,
+        "gpu": gpu,
+        "cpus_per_worker": cpus_per_worker,
+        "nccl": nccl,
+        "strict_efa": strict_efa,
+        "max_failures": max_failures,
+        "checkpoints": checkpoints,
+    }
+    flags |= shape
+    settings = resolve_settings(flags) if settings is None else overlay(settings, flags)
     ray_objects = {
         "datasets": datasets,
         "dataset_config": dataset_config,

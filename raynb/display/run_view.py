@@ -53,7 +53,13 @@ def _restart_text(run: ViewedRun) -> str:
     failed = [e for e in run.events if e.get("kind") == "worker_error" and e.get("attempt") == run.attempt - 1]
     if restart and restart.get("lost"):
         lost = restart["lost"][0]
-        what = f"rank {lost['rank']} on {lost['node']} died: {lost['why'].splitlines()[0][:160]}"
+        why = lost["why"].splitlines()[0][:160] if lost["why"] else "no reason given"
+        if lost.get("node_lost"):  # the whole node went, with every rank on it
+            ranks = sorted(x["rank"] for x in restart["lost"] if x.get("node_lost") == lost["node_lost"])
+            on = f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+            what = f"node {lost['node']} ({lost['node_lost']}) was lost with {on}: {why}"
+        else:
+            what = f"rank {lost['rank']} on {lost['node']} died: {why}"
     elif failed:
         first = min(failed, key=lambda e: e["rank"])
         what = f"rank {first['rank']} on {first['node']} raised {first['type']}: {str(first['message'])[:120]}"

@@ -20,5 +20,7 @@ def script_result(
     cmd = [*wrapper, python, "-c", script, *args]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     line = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert line, p.stdout[-2000:] + p.stderr[-3000:]
+    # the script's own traceback, not buried under the lines Ray forwards from the cluster's processes
+    own = "\n".join(ln for ln in p.stderr.splitlines() if not ln.lstrip("\x1b[0123456789m").startswith("("))
+    assert line, f"exit {p.returncode}\n{p.stdout[-2000:]}\n{own[-3000:]}"
     return json.loads(line[0][7:])

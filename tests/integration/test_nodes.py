@@ -1,7 +1,14 @@
-"""Many Ray nodes for real, on this machine: a head and a worker node with a disk of its own each
-(tests/multinode.py), reached by address from a fresh Python as any running cluster is. A path written under /tmp on
-one node is absent on the other; raynb refuses a checkpointing run whose storage is that node-local path before any
-worker starts; a run that says it never checkpoints trains across both nodes."""
+"""Many Ray nodes for real, on this machine: a head and two worker nodes with a disk of their own each
+(tests/multinode.py) and a real S3 server (tests/s3), reached by address from a fresh Python as any running cluster
+is -- one cluster for every check here, paid once.
+
+- A path written under /tmp on one node is absent on the others; raynb refuses a checkpointing run whose storage is
+  that node-local path before any worker starts; a run that says it never checkpoints trains across nodes.
+- The doctor's storage round trip across two nodes: S3 passes; a /tmp path declared shared fails, naming the node
+  that could not read it and the path.
+- A whole worker node lost in the middle of a checkpointing run (its raylet and workers killed): with
+  ``max_failures=1`` Ray Train starts the group again on the nodes that remain, from the checkpoint on the S3 server;
+  the view names the node lost and the step it resumed at; ``run.metrics`` has every step once."""
 
 from __future__ import annotations
 
@@ -13,15 +20,20 @@ import pytest
 
 from tests.integration.fresh_python import script_result
 from tests.multinode import can_run, ray_nodes
+from tests.s3.server import s3_server, weed_binary
 
 pytestmark = pytest.mark.skipif(not can_run(), reason="private mounts per node need root and unshare")
 
 SCRIPT = textwrap.dedent("""
-    import json, os, sys, ray, raynb
+    import json, os, sys, time, ray, raynb
+    from raynb.display import render_bundle
     from raynb.errors import UsageError
     from raynb._client.cluster_side import run_task
+    from raynb._cluster.processes import kill_all, pids_naming
+    from raynb._settings import resolve
+    address, storage, node_dirs = sys.argv[1], sys.argv[2], sys.argv[3:]
     out = {}
-    c = raynb.up(address=sys.argv[1], progress=lambda m: None)
+    c = raynb.up(address=address, progress=lambda m: None)
     nodes = [n for n in ray.nodes() if n["Alive"]]
     out["nodes"] = len(nodes)
     head = next(n for n in nodes if n["Resources"].get("node:__internal_head__"))
@@ -47,20 +59,103 @@ SCRIPT = textwrap.dedent("""
     run = raynb.train(fn, workers=2, checkpoints=False)
     out["status"] = run.status
     out["nodes_trained_on"] = sorted({r["node"][:8] for r in run.metrics.to_dict("records")})
+
+    def storage_check():
+        (check,) = [c for c in raynb.doctor().checks if c.name == "checkpoint storage"]
+        return {"state": check.state, "detail": check.detail, "fix": check.fix}
+
+    os.environ["RAYNB_STORAGE_PATH"] = storage
+    out["doctor_s3"] = storage_check()
+    os.environ["RAYNB_STORAGE_PATH"] = "/tmp/raynb-said-to-be-shared/runs"  # said to be shared: it is not
+    os.environ["RAYNB_SHARED_MOUNT_PATH"] = "/tmp/raynb-said-to-be-shared"
+    out["doctor_tmp"] = storage_check()
+    out["worker_node"] = worker["NodeID"]
+    del os.environ["RAYNB_STORAGE_PATH"], os.environ["RAYNB_SHARED_MOUNT_PATH"]
+
+    def resumable(config):
+        import json, tempfile, time
+        from pathlib import Path
+        import ray, ray.train
+
+        rank = ray.train.get_context().get_world_rank()
+        node = ray.get_runtime_context().get_node_id()
+        start, ckpt = 0, ray.train.get_checkpoint()
+        if ckpt is not None:
+            with ckpt.as_directory() as d:
+                start = json.loads(Path(d, "state.json").read_text())["step"] + 1
+        for step in range(start, 20):
+            time.sleep(0.4)
+            with tempfile.TemporaryDirectory() as d:
+                keep = rank == 0 and step % 2 == 1
+                if keep:
+                    Path(d, "state.json").write_text(json.dumps({"step": step}))
+                checkpoint = ray.train.Checkpoint.from_directory(d) if keep else None
+                ray.train.report({"step": step, "loss": 1.0 / (step + 1), "node": node}, checkpoint=checkpoint)
+
+    settings = resolve({"workers": 2, "storage_path": storage, "max_failures": 1})
+    run = raynb.train(resumable, settings=settings, display=False, name="node-loss", wait=False)
+    while run.step < 6 and not run.done():
+        time.sleep(0.1)
+    by_dir = {d: n["NodeID"] for n in ray.nodes() if n["Alive"] for d in node_dirs if d in n["ObjectStoreSocketName"]}
+    on = {r["node"] for r in run.records}
+    victim = next((d for d, node in by_dir.items() if node in on), None)  # a worker node that holds a rank
+    assert victim, f"no worker node holds a rank: {on} {by_dir} {run.status} {run.error}"
+    kill_all(pids_naming(victim))  # the whole node: its raylet, object store and workers
+    out["killed"] = {"node": by_dir[victim], "at_step": run.step, "time": time.time()}
+    out["ended"] = run.wait(300)
+    out["loss_status"] = run.status
+    out["attempt"] = run.attempt
+    out["banner"] = render_bundle(run)["text/plain"].splitlines()[0]
+    out["metrics"] = run.metrics[["rank", "step", "attempt", "node"]].to_dict("records")
+    out["error"] = str(run.error)[:3000] if run.error else None
+    out["checkpoint"] = (run.result or {}).get("checkpoint")
     c.down(progress=lambda m: None)
     print("RESULT " + json.dumps(out))
 """)
 
 
-def test_two_nodes_with_disks_of_their_own(tmp_path: Path) -> None:
-    with ray_nodes(workers=1, cpus=1) as nodes:
+def test_nodes_with_disks_of_their_own_and_one_lost_mid_run(tmp_path: Path) -> None:
+    if weed_binary() is None:
+        pytest.skip("SeaweedFS is not built: `bash tests/s3/build.sh` (make test builds it)")
+    # the S3 credentials (tests/conftest.py) are in the environment every Ray node inherits, as a pod's role would be
+    with s3_server(tmp_path / "s3") as s3, ray_nodes(workers=2, cpus=1) as nodes:
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
         env["RAYNB_HOME"] = str(tmp_path / "home")
-        out = script_result(SCRIPT, [nodes.client_address], env, timeout=400)
-    assert out["nodes"] == 2
+        worker_dirs = list(nodes.temp_dirs[1:])
+        out = script_result(SCRIPT, [nodes.client_address, s3.uri("runs"), *worker_dirs], env, timeout=600)
+        checkpoint = out["checkpoint"]
+        assert checkpoint and checkpoint.startswith("raynb/runs/node-loss/checkpoint_"), out  # on the S3 server
+        assert s3.filesystem().get_file_info(f"{checkpoint}/state.json").size > 0
+    assert out["nodes"] == 3
     assert out["written"] is True and out["seen_on_head"] is False, "each node has its own /tmp"
     refused = out["refused"]
-    assert refused is not None and "This cluster has 2 nodes" in refused["what"], out
+    assert refused is not None and "This cluster has 3 nodes" in refused["what"], out
     assert "--checkpoints false" in refused["fix"]
     assert out["status"] == "succeeded", out
-    assert len(out["nodes_trained_on"]) == 2, f"one rank on each node: {out['nodes_trained_on']}"
+    assert len(out["nodes_trained_on"]) == 2, f"one rank on each of two nodes: {out['nodes_trained_on']}"
+
+    s3_check, tmp_check = out["doctor_s3"], out["doctor_tmp"]
+    assert s3_check["state"] == "ok" and "read back on a worker node and the head" in s3_check["detail"], s3_check
+    worker = out["worker_node"][:8]
+    assert tmp_check["state"] == "fail", tmp_check
+    detail = tmp_check["detail"]
+    assert detail.startswith("/tmp/raynb-said-to-be-shared/runs: written on ") and "but reading it on" in detail
+    assert f"a worker node ({worker} at " in detail, detail  # which node, and the path
+    assert "mount the path in every pod" in tmp_check["fix"]
+
+    # the node lost mid-run
+    assert out["ended"] and out["loss_status"] == "succeeded" and out["attempt"] == 2, (out["banner"], out["error"])
+    lost = out["killed"]["node"]
+    rows = out["metrics"]
+    second = [r for r in rows if r["attempt"] == 2]
+    resumed_at = min(r["step"] for r in second)
+    # from rank 0's newest checkpoint (odd steps; rank 0, on a node that stayed, went on until Train saw the loss)
+    assert resumed_at > 0 and resumed_at % 2 == 0, (resumed_at, out["killed"])
+    assert lost not in {r["node"] for r in second}, "the second attempt ran on the nodes that remain"
+    for rank in (0, 1):
+        steps = [r["step"] for r in rows if r["rank"] == rank]
+        assert sorted(steps) == list(range(20)), f"rank {rank}: every step once: {steps}"
+    banner = out["banner"]
+    assert "attempt 2 of 2 (restarted after node " in banner, banner
+    assert f"({lost[:8]} at " in banner and ") was lost with rank" in banner, banner
+    assert f"resumed at step {resumed_at}" in banner, banner

@@ -80,6 +80,16 @@ def test_a_restarted_run_says_which_attempt() -> None:
     assert "attempt 2 of 3 (restarted after a worker failed)" in b["text/plain"] and "attempt 2 of 3" in b["text/html"]
 
 
+def test_a_run_restarted_after_its_node_was_lost_names_the_node_and_its_ranks() -> None:
+    lost = {"node": "ip-10-0-1-7", "node_lost": "13dd83e2 at 10.0.1.7", "pid": 7, "why": "health check failed"}
+    restart = {"kind": "restart", "attempt": 2, "lost": [{**lost, "rank": 1}, {**lost, "rank": 3}]}
+    run = fake_run(_recs(), attempt=2, max_failures=1, events=[restart])
+    assert (
+        "attempt 2 of 2 (restarted after node ip-10-0-1-7 (13dd83e2 at 10.0.1.7) was lost with ranks 1, 3: "
+        "health check failed)" in render_bundle(run)["text/plain"]
+    )
+
+
 class _Handle:
     def __init__(self) -> None:
         self.updates = 0

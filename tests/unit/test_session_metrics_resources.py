@@ -125,6 +125,17 @@ def test_sink_keeps_the_whole_history_with_bounded_memory(tmp_path, monkeypatch)
     asyncio.run(go())
 
 
+def test_report_refuses_a_checkpoint_and_names_ray_trains_report(tmp_path) -> None:
+    import pytest
+    from ray.train import Checkpoint
+
+    import raynb
+
+    with pytest.raises(TypeError, match=r"ray\.train\.report\(metrics, checkpoint=\.\.\.\), called on every rank"):
+        raynb.report(loss=1.0, checkpoint=Checkpoint.from_directory(str(tmp_path)))
+    raynb.report(loss=1.0, checkpoint=3)  # a metric that happens to be called so
+
+
 def test_reporter_numbers_steps_bounds_its_buffer_and_converts_values() -> None:
     rep = Reporter(sink=None, rank=3, flush_interval=3600, max_buffered=3)  # the flusher never fires here
     try:
