@@ -279,7 +279,10 @@ def start_head(
         # the head's `python` is this one, as in an activated venv: a Ray Job's entrypoint (raynb's agent) runs
         # `python -m ...` through the shell, and must find this Ray, not the system's Python
         path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PATH": path}
+        # gRPC's fork handlers off in the head's processes: Ray Client's proxy forks a server for each new client
+        # while its gRPC threads run, and with them on that server died at birth about one connect in five here
+        # (ray-project/ray#63202; the client then waits ~45 s before its next attempt)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PATH": path, "GRPC_ENABLE_FORK_SUPPORT": "0"}
         proc = subprocess.Popen(
             [sys.executable, "-m", "raynb._cluster.head_supervisor", "supervise", str(d)],
             stdin=subprocess.DEVNULL,

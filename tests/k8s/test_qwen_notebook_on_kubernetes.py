@@ -1,6 +1,7 @@
 """The Qwen2.5 notebook top to bottom, once in the suite, on its EKS path (CLUSTER="eks"): `raynb.up(values=...)`
 against the real control plane and KubeRay, doctor with the NVIDIA and EFA device plugins running as real DaemonSets on
-the kwok GPU nodes, a tiny Qwen2 trained through the port-forward until its loss falls, the weights saved, the
+the kwok GPU nodes, a tiny Qwen2 trained through the port-forward until its loss falls, the weights saved as a Ray
+Train checkpoint in the bucket the notebook asks for (STORAGE: a real S3 server, SeaweedFS, standing in for S3), the
 EFA-vs-TCP section (the probe's two runs and the TCP rerun), the warm cells, and `%raycluster down`. Its embedded path
 (CLUSTER="local") is the quickstart's: `up --local` and `down` from a notebook (tests/packaging).
 
@@ -20,6 +21,7 @@ from raynb._cluster import kube_api as kube
 from raynb._cluster import kube_connect
 from raynb.notebook import execute
 from tests.notebook.qwen_checks import check_warm_section
+from tests.s3.server import S3Server, s3_server
 
 NOTEBOOK = ROOT / "notebooks" / "qwen25_finetune_eks.ipynb"
 
@@ -43,19 +45,22 @@ def _plugin(name: str) -> dict:
     }
 
 
-def test_qwen_notebook_on_the_kubernetes_path(
-    head_behind_pods, clean, shared_volume, tmp_path: Path, artifacts: Path
-) -> None:
+def test_qwen_notebook_on_the_kubernetes_path(head_behind_pods, clean, tmp_path: Path, artifacts: Path) -> None:
+    with s3_server(tmp_path / "s3") as s3:  # the bucket the notebook asks for (STORAGE); SeaweedFS stands in for S3
+        _run_the_notebook(clean, tmp_path, artifacts, s3)
+
+
+def _run_the_notebook(clean, tmp_path: Path, artifacts: Path, s3: S3Server) -> None:
     plugins = ["nvidia-device-plugin-daemonset", "aws-efa-k8s-device-plugin-daemonset"]
     for p in plugins:
         apply(clean, _plugin(p))
     values = tmp_path / "values.env"
-    shared = "".join(f"{k}={v}\n" for k, v in shared_volume.items())  # checkpoints on the claim every pod mounts
-    values.write_text((ROOT / "manifests" / "values.env").read_text() + f"\nPYTHON_VERSION={HERE_PY}\n{shared}")
+    values.write_text((ROOT / "manifests" / "values.env").read_text() + f"\nPYTHON_VERSION={HERE_PY}\n")
     out = artifacts / "qwen25-tiny-kubernetes.ipynb"
     params = {
         "CLUSTER": "eks",
         "VALUES": str(values),
+        "STORAGE": s3.uri("qwen"),
         "WORKERS": 2,
         "GPU": False,
         "PRETRAINED": False,
@@ -86,8 +91,9 @@ def test_qwen_notebook_on_the_kubernetes_path(
     assert m and float(m[2]) < float(m[1]) * 0.6, "the offline corpus must be learnable"
     assert (tmp_path / "weights" / "config.json").exists()
     assert any((tmp_path / "weights").glob("*.safetensors"))
-    m = re.search(r'fine-tuned weights: ([^\s\\"]+)', text)  # the Ray Train checkpoint in the run's storage path
-    assert m and (Path(m[1]) / "config.json").exists(), text[-2000:]
+    m = re.search(r'fine-tuned weights: ([^\s\\"]+)', text)  # the Ray Train checkpoint, on the S3 server
+    assert m and m[1].startswith("raynb/qwen/"), text[-2000:]
+    assert s3.filesystem().get_file_info(f"{m[1]}/config.json").size > 0
     assert "port-forward 127.0.0.1:" in text and "ready after" in text
     doctor = re.findall(r"([✓✗!–]) ([^:\\]+):", text)
     states = {name: mark for mark, name in doctor}
