@@ -50,6 +50,7 @@ def _start(cmd: list[str], env: dict[str, str]) -> None:
 def ray_nodes(workers: int = 1, cpus: int = 1) -> Iterator[Nodes]:
     """A head with ``cpus`` CPUs and ``workers`` worker nodes of ``cpus`` CPUs each, no dashboard, no auth."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")} | {"RAY_USAGE_STATS_ENABLED": "0"}
+    env["GRPC_ENABLE_FORK_SUPPORT"] = "0"  # as raynb's own heads: Ray Client's first connect fails less (ray#63202)
     tag = uuid.uuid4().hex[:8]
     gcs, client = _free_port(), _free_port()
     head_dir = f"/tmp/raynb-head-{tag}"  # short: Ray puts Unix sockets under it (108 bytes at most)
