@@ -17,6 +17,7 @@ from .._cluster.cluster import Cluster, current_cluster
 from .._cluster.session import dashboard_get
 from .._current import resolve_settings
 from .._remote.tasks import node_facts
+from .._runs.storage import every_nodes_mounts
 from .._shared.worker_env import WORKER_ENV_DEFAULTS
 from ..errors import not_connected
 from .storage import storage_check
@@ -105,8 +106,7 @@ def _ray_checks(cl: Cluster) -> list[Check]:
         )
     nodes, mounts = cl.backend.storage_reach()
     settings = resolve_settings()
-    mounts = (*mounts, *filter(None, [settings.shared_mount_path]))
-    out.append(storage_check(settings.storage_path, nodes, mounts))
+    out.append(storage_check(settings.storage_path, nodes, every_nodes_mounts(mounts, settings.shared_mount_path)))
     nvls = WORKER_ENV_DEFAULTS.get("NCCL_NVLS_ENABLE")
     out.append(Check("NVLink multicast off for workers", "ok" if nvls == "0" else "warn", f"NCCL_NVLS_ENABLE={nvls}"))
     return out

@@ -37,6 +37,12 @@ def is_node_local(storage_path: str | None, shared_mounts: Sequence[str] = ()) -
     return not any(path == PurePosixPath(m) or PurePosixPath(m) in path.parents for m in shared_mounts if m)
 
 
+def every_nodes_mounts(backend_mounts: Sequence[str], declared: str | None) -> tuple[str, ...]:
+    """The paths mounted on every node: the cluster's own (a shared volume in every pod) and the one the settings
+    declare (``shared_mount_path``: NFS, EFS or FSx on a cluster reached by address)."""
+    return (*backend_mounts, *([declared] if declared else []))
+
+
 def check_reachable_by_every_node(
     storage_path: str | None, *, nodes: int, shared_mounts: Sequence[str] = (), checkpoints: bool = True
 ) -> None:

@@ -23,7 +23,7 @@ from ..errors import UsageError
 from .cell import large_payload_note, largest_globals, modules_beside, pack_portable, serialize
 from .resources import check_resources
 from .run import Run, RunSpec, set_active
-from .storage import check_reachable_by_every_node
+from .storage import check_reachable_by_every_node, every_nodes_mounts
 from .trainer_config import plain_trainer, shape_of, trainer_kwargs, user_run_name
 
 if TYPE_CHECKING:
@@ -138,8 +138,8 @@ def _start_payload(
         )  # fmt: skip
         storage_path, max_failures = settings.storage_path, settings.max_failures
     if cl is not None:  # before any worker starts: checkpoints stranded on one node fail only after every step
-        nodes, shared = cl.backend.storage_reach()
-        shared = (*shared, *filter(None, [settings.shared_mount_path]))
+        nodes, mounts = cl.backend.storage_reach()
+        shared = every_nodes_mounts(mounts, settings.shared_mount_path)
         check_reachable_by_every_node(storage_path, nodes=nodes, shared_mounts=shared, checkpoints=settings.checkpoints)
     spec = RunSpec(
         workers=settings.workers,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from raynb import manifest
-from raynb._runs.storage import check_reachable_by_every_node, is_node_local
+from raynb._runs.storage import check_reachable_by_every_node, every_nodes_mounts, is_node_local
 from raynb.errors import UsageError
 
 
@@ -16,6 +16,15 @@ def test_what_counts_as_one_nodes_disk() -> None:
     assert not is_node_local("s3://bucket/ray") and not is_node_local("gs://bucket/ray")
     assert not is_node_local("/mnt/shared/ray", ["/mnt/shared"]) and not is_node_local("/mnt/shared", ["/mnt/shared"])
     assert is_node_local("/mnt/sharedness/ray", ["/mnt/shared"])  # a prefix of the name is not a parent
+
+
+def test_a_path_declared_on_every_node_counts_as_shared() -> None:
+    """``shared_mount_path`` (an NFS/EFS/FSx mount on a cluster reached by address) beside the cluster's own mounts;
+    whether it really is shared is the doctor's round trip (tests/integration/test_nodes.py)."""
+    mounts = every_nodes_mounts((), "/mnt/nfs")
+    assert not is_node_local("/mnt/nfs/runs", mounts) and is_node_local("/tmp/runs", mounts)
+    assert every_nodes_mounts(("/mnt/shared",), None) == ("/mnt/shared",)
+    check_reachable_by_every_node("/mnt/nfs/runs", nodes=3, shared_mounts=mounts)  # not refused
 
 
 def test_a_multi_node_run_on_node_local_storage_is_refused_with_the_values_line() -> None:
