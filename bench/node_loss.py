@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import textwrap
 import time
@@ -38,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))
 from machine import emit  # noqa: E402 - bench/machine.py, beside this script
 
+from tests.integration.fresh_python import script_result  # noqa: E402
 from tests.multinode import can_run, ray_nodes  # noqa: E402
 from tests.s3.server import ACCESS_KEY, SECRET_KEY, s3_server  # noqa: E402
 
@@ -144,34 +144,28 @@ SCRIPT = textwrap.dedent("""
         "killed_at_step": max(step for t, _, step, _, _ in steps if t < t_kill),
     }
     if column == "raynb":
-        out["view"] = __import__("raynb.display").display.render_bundle(run)["text/plain"].splitlines()[0]
+        from raynb.display import render_bundle
+        out["view"] = render_bundle(run)["text/plain"].splitlines()[0]
         out["error"] = str(run.error)[:2000] if run.error else None
         try:
             cluster.down(progress=lambda m: None)
         except Exception as e:
-            out["down"] = str(e)
-            print("runs", [(r.name, r.status) for r in raynb.runs()], file=sys.stderr)
+            out["down"] = str(e)  # the registry still counts the run as going after run.wait() returned
+            out["registry"] = [(r["name"], r["status"]) for r in raynb.runs().rows]
     print("RESULT " + json.dumps(out))
 """)
 
 
 def one(column: str, s3: Any, index: int) -> dict[str, Any]:
+    # the S3 credentials in this process's environment, which the nodes inherit as pods get a role's
+    credentials = {"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY}
+    os.environ.update(credentials, AWS_EC2_METADATA_DISABLED="true")
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    env |= {"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_EC2_METADATA_DISABLED": "true"}
-    os.environ.update({k: env[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_EC2_METADATA_DISABLED")})
-    name = f"{column}-{index}"
-    with ray_nodes(workers=2, cpus=1) as nodes:  # the nodes inherit the credentials, as pods get a role's
-        env["RAYNB_HOME"] = f"/tmp/raynb-bench-node-loss-{os.getpid()}-{index}"
-        args = [column, nodes.client_address, nodes.gcs_address, s3.uri("bench"), name, str(STEPS), str(KILL_AT)]
-        args += nodes.temp_dirs[1:]
-        p = subprocess.run([sys.executable, "-c", SCRIPT, *args], env=env, capture_output=True, text=True, timeout=600)
-    line = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
-    if not line:
-        own = [ln for ln in p.stderr.splitlines() if not ln.lstrip("\x1b[0123456789m").startswith("(")]
-        raise RuntimeError(f"{column} round {index}: exit {p.returncode}\n" + "\n".join(own[-40:]))
-    import json
-
-    return json.loads(line[0][7:])
+    env["RAYNB_HOME"] = f"/tmp/raynb-bench-node-loss-{os.getpid()}-{index}"
+    with ray_nodes(workers=2, cpus=1) as nodes:
+        args = [column, nodes.client_address, nodes.gcs_address, s3.uri("bench"), f"{column}-{index}"]
+        args += [str(STEPS), str(KILL_AT), *nodes.temp_dirs[1:]]
+        return script_result(SCRIPT, args, env, timeout=600)
 
 
 def _spread(xs: list[float]) -> dict[str, float]:
