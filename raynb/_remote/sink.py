@@ -43,6 +43,8 @@ class MetricsSink:
         self._offsets: list[int] = []  # byte offset of record k * SPILL_INDEX_EVERY in the spill file
         self._step = 0
         self._attempt = 0  # Ray Train starts the worker group again after a failure (max_failures): one more
+        self._started: set[int] = set()  # the ranks whose worker said it started in attempt self._attempt
+        self._rank_attempt: dict[int, int] = {}  # each rank's newest worker's attempt: what its records belong to
         self._last_report: float | None = None
         self._ranks: set[int] = set()
         self._logs: collections.deque[dict[str, Any]] = collections.deque(maxlen=self.LOG_LINES)
@@ -62,7 +64,7 @@ class MetricsSink:
 
     async def push(self, records: list[dict[str, Any]]) -> None:
         for r in records:
-            r.setdefault("attempt", max(self._attempt, 1))
+            r.setdefault("attempt", self._attempt_of(r.get("rank")))
         self._records.extend(records)
         for r in records:
             self._step = max(self._step, int(r.get("step") or 0))
@@ -77,17 +79,34 @@ class MetricsSink:
 
     async def event(self, event: dict[str, Any]) -> None:
         event.setdefault("time", time.time())
-        if event.get("kind") == "worker_started" and event.get("rank") == 0:
+        if event.get("kind") == "worker_started":
+            self._worker_started(int(event.get("rank") or 0))
+        event.setdefault("attempt", self._attempt_of(event.get("rank")))
+        self._events.append(event)
+        self._version += 1
+        self._new.set()
+
+    def _worker_started(self, rank: int) -> None:
+        """A rank's worker started: a rank that already started in this attempt means Ray Train started the group
+        again. Each worker's calls reach this actor in the order it made them, but the ranks' calls are not ordered
+        among themselves -- rank 1 of a new group may report before rank 0 of it says it started -- so a record
+        belongs to its own rank's newest worker, never to whichever rank spoke last."""
+        if rank in self._started or not self._started:
             self._attempt += 1
-            if self._attempt > 1:  # Ray Train started the workers again: find out which one was lost, and why
+            self._started = set()
+            if self._attempt > 1:  # find out which worker was lost, and why
                 before = [
                     e for e in self._events if e.get("kind") == "worker_started" and e["attempt"] == self._attempt - 1
                 ]
                 asyncio.get_running_loop().create_task(self._explain_restart(before, self._attempt))
-        event.setdefault("attempt", max(self._attempt, 1))
-        self._events.append(event)
-        self._version += 1
-        self._new.set()
+        self._started.add(rank)
+        self._rank_attempt[rank] = self._attempt
+
+    def _attempt_of(self, rank: Any) -> int:
+        """The attempt of ``rank``'s newest worker (the run's newest attempt for a record or event of no rank)."""
+        if rank is None:
+            return max(self._attempt, 1)
+        return self._rank_attempt.get(int(rank), max(self._attempt, 1))
 
     async def _explain_restart(self, before: list[dict[str, Any]], attempt: int) -> None:
         lost = await asyncio.to_thread(_lost_workers, before)
@@ -103,7 +122,7 @@ class MetricsSink:
                     "time": t,
                     "stream": stream,
                     "text": text,
-                    "attempt": self._attempt,
+                    "attempt": self._attempt_of(rank),
                 }
             )
         self._new_log.set()

@@ -110,6 +110,16 @@ def _runs(page) -> list[dict]:
     )
 
 
+def _said(page, lab: tuple[str, Path]) -> str:
+    """What a person would read to learn why: each cell's prompt and output, and the end of JupyterLab's log."""
+    cells = page.eval_on_selector_all(
+        ".jp-Cell",
+        """els => els.map(e => ((e.querySelector('.jp-InputPrompt') || {}).innerText || '') + ' '
+                                + ((e.querySelector('.jp-OutputArea') || {}).innerText || '').slice(-1500))""",
+    )
+    return "\n".join(cells) + "\n--- lab.log ---\n" + (lab[1] / "lab.log").read_text(errors="replace")[-3000:]
+
+
 def _kernel_busy_or_done(page, timeout_s: float) -> bool:
     """Did execution start? The kernel indicator goes busy, or cells get execution counts."""
     deadline = time.monotonic() + timeout_s
@@ -199,7 +209,9 @@ def test_a_run_in_jupyterlab_live_chart_detach_and_stop(lab: tuple[str, Path], a
                     break
             time.sleep(0.25)
         running_steps = [step for status, pts, step in seen if status == "running" and pts > 0]
-        assert len(set(running_steps)) >= 3 and running_steps == sorted(running_steps), seen[-20:]
+        if len(set(running_steps)) < 3:
+            page.screenshot(path=str(artifacts / "jupyterlab-no-live-chart.png"), full_page=True)
+        assert len(set(running_steps)) >= 3 and running_steps == sorted(running_steps), (seen[-20:], _said(page, lab))
         cell = page.locator(".jp-Cell:has(.raynb-run)").first
         cell.scroll_into_view_if_needed()
         cell.screenshot(path=str(artifacts / "jupyterlab-live.png"))

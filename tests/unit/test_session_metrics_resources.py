@@ -188,3 +188,43 @@ def test_each_worker_must_fit_on_one_node() -> None:
         check_resources(8, True, 12.0, total={"CPU": 100.0, "GPU": 8.0}, nodes=small)
     assert "8 workers of 12 CPUs and 1 GPU were asked for, but the nodes hold 6" in e.value.what, e.value.what
     assert e.value.fix == "use --workers 6 or --cpus-per-worker 10, or nodes of a bigger size.", e.value.fix
+
+
+def test_sink_gives_each_record_its_own_ranks_attempt(monkeypatch) -> None:
+    """Ray orders each worker's calls to the sink, not the ranks' among themselves: in a restarted group rank 1 may
+    report before rank 0 says it started (the Ray 2.55.1 kernel's journey in CI: all of attempt 2's rank-1 steps were
+    filed under attempt 1). A record belongs to its rank's newest worker; the restart is explained from the attempt
+    before's workers."""
+    # the cluster's answer (which of these workers' nodes or processes died): tests/integration/test_nodes.py
+    monkeypatch.setattr("raynb._remote.sink._lost_workers", lambda before: [e["rank"] for e in before])
+
+    async def go() -> None:
+        sink = MetricsSink()
+        for rank in (0, 1):
+            await sink.event({"kind": "worker_started", "rank": rank})
+        await sink.push([{"rank": r, "step": s} for s in range(3) for r in (0, 1)])
+        await sink.event({"kind": "worker_error", "rank": 1, "error": "rank 1 fails once"})
+        await sink.event({"kind": "worker_started", "rank": 1})  # the new group's rank 1 speaks first ...
+        await sink.push([{"rank": 1, "step": s} for s in range(6)])
+        await sink.log(1, [(0.0, "stdout", "rank 1, second try")])
+        await sink.push([{"rank": 0, "step": 2}])  # ... a late line of the old rank 0 (its worker not yet restarted)
+        await sink.event({"kind": "worker_started", "rank": 0})
+        await sink.push([{"rank": 0, "step": s} for s in range(6)])
+        await asyncio.sleep(0.1)  # the restart's explanation, asked on a thread
+        _, records, events = await sink.read(0, 0)
+        by_attempt = {a: sorted({(r["rank"], r["step"]) for r in records if r["attempt"] == a}) for a in (1, 2)}
+        assert by_attempt[1] == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+        assert by_attempt[2] == [(r, s) for r in (0, 1) for s in range(6)]
+        assert [(e["kind"], e.get("rank"), e["attempt"]) for e in events] == [
+            ("worker_started", 0, 1),
+            ("worker_started", 1, 1),
+            ("worker_error", 1, 1),
+            ("worker_started", 1, 2),
+            ("worker_started", 0, 2),
+            ("restart", None, 2),
+        ]
+        assert events[-1]["lost"] == [0, 1] and (await sink.summary())["attempt"] == 2
+        _, lines, _ = await sink.read_logs()
+        assert [x["attempt"] for x in lines] == [2]
+
+    asyncio.run(go())
