@@ -24,11 +24,15 @@ class RunChannel:
 
     def outcome(self) -> tuple[dict[str, Any], float | None]:
         """Block until the run ends: how it ended and when (None: now). A run this kernel launched answers from its
-        ``fit()``; one found in the registry from the registry. Raises if the launcher dies or the cluster goes."""
+        ``fit()`` (or, where that call ends with its actor, from the registry, which then says how the run ended for every
+        kernel); one found in the registry from the registry. Raises if the cluster goes."""
         import ray
 
         if self._fit is not None:
-            return ray.get(self._fit), None
+            try:
+                return ray.get(self._fit), None
+            except ray.exceptions.RayActorError:
+                pass  # the launcher stopped, lost or out of reach for a moment: the registry tells which, and records it
         while (info := ray.get(self.registry.wait.remote(self.name, 10.0))) is None:
             pass
         return info.get("outcome") or {"status": info["status"]}, info.get("ended")

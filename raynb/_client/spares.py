@@ -90,7 +90,9 @@ def _new_pair(env: Mapping[str, str]) -> tuple[Any, Any]:
     import ray
 
     cls = ray.remote(num_cpus=0, max_concurrency=4)(Launcher)
-    launcher = cls.options(runtime_env={"env_vars": dict(env)}, lifetime="detached", namespace=NAMESPACE).remote()
+    launcher = cls.options(  # on the head: Ray Train attaches its controller to the launcher's node
+        runtime_env={"env_vars": dict(env)}, lifetime="detached", namespace=NAMESPACE, resources=on_head()
+    ).remote()
     launcher.warm.remote()
     return launcher, sink_actor(ttl_s=SPARE_TTL_S)
 

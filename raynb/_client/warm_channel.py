@@ -16,8 +16,9 @@ class WarmChannel:
         import ray
 
         from .._remote.warm_worker import WarmMailbox
+        from .._shared.seam import on_head
 
-        cls = ray.remote(num_cpus=0, max_concurrency=64)(WarmMailbox)
+        cls = ray.remote(num_cpus=0, max_concurrency=64, resources=on_head())(WarmMailbox)  # outlives a worker node
         self.token: Any = cls.remote(workers, idle_s)
 
     def post(self, cell: dict[str, Any]) -> int:

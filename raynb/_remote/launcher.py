@@ -39,6 +39,12 @@ class Launcher:
     def alive(self) -> bool:
         return True
 
+    def node(self) -> str:
+        """The node this launcher runs on -- and so Ray Train's controller, which Ray attaches to it."""
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+
     def warm(self) -> bool:
         """Import Ray Train ahead of time (seconds on small machines), so a run starts as fast as a bare fit()."""
         import ray.train.torch  # noqa: F401

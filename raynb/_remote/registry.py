@@ -94,7 +94,13 @@ class RunRegistry:
                 run.update(
                     status="failed",
                     ended=time.time(),
-                    outcome={"status": "failed", "error_type": type(e).__name__, "message": str(e)[:2000]},
+                    outcome={
+                        "status": "failed",
+                        "error_type": type(e).__name__,
+                        "message": f"the run's launcher (where fit() and Ray Train's controller ran) is gone: {e}"[
+                            :2000
+                        ],
+                    },
                 )
                 self._changed[name].set()
 

@@ -96,6 +96,8 @@ SCRIPT = textwrap.dedent("""
     run = raynb.train(resumable, settings=settings, display=False, name="node-loss", wait=False)
     while run.step < 6 and not run.done():
         time.sleep(0.1)
+    out["launcher_node"] = ray.get(run._channel.launcher.node.remote())  # and so Train's controller
+    out["head_node"] = head["NodeID"]
     by_dir = {d: n["NodeID"] for n in ray.nodes() if n["Alive"] for d in node_dirs if d in n["ObjectStoreSocketName"]}
     on = {r["node"] for r in run.records}
     victim = next((d for d, node in by_dir.items() if node in on), None)  # a worker node that holds a rank
@@ -143,7 +145,9 @@ def test_nodes_with_disks_of_their_own_and_one_lost_mid_run(tmp_path: Path) -> N
     assert f"a worker node ({worker} at " in detail, detail  # which node, and the path
     assert "mount the path in every pod" in tmp_check["fix"]
 
-    # the node lost mid-run
+    # the node lost mid-run; the run's launcher, where Ray Train's controller runs, on the head (were it on the node
+    # lost, the run would go with it: one round in four here before it was pinned)
+    assert out["launcher_node"] == out["head_node"], out
     assert out["ended"] and out["loss_status"] == "succeeded" and out["attempt"] == 2, (out["banner"], out["error"])
     lost = out["killed"]["node"]
     rows = out["metrics"]

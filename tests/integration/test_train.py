@@ -230,6 +230,36 @@ def test_one_run_carries_globals_modules_env_metrics_and_nccl(
     assert "P2P" in run._repr_mimebundle_()["text/html"]  # the badge in the cell
 
 
+def test_a_run_whose_launcher_is_lost_ends_failed_for_every_kernel(cluster: raynb.Cluster) -> None:
+    """The run's launcher (where fit() and Ray Train's controller run) killed mid-run, as losing its node would: the
+    kernel that started the run ends it failed, naming the launcher, and the cluster's registry -- what every other
+    kernel and ``down`` read -- says failed too. (Before, the kernel's run failed on the actor's error while the
+    registry still said running, and ``down`` refused: "1 run(s) still going".)"""
+    import ray
+
+    def fn(config: dict) -> None:
+        import time
+
+        import raynb
+
+        for step in range(100_000):
+            time.sleep(0.1)
+            raynb.report(step=step)
+
+    run = raynb.train(fn, workers=1, display=False, name="launcher-lost", wait=False)
+    deadline = time.monotonic() + 120
+    while run.step < 2 and not run.done() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert run.step >= 2, (run.status, run.error)
+    ray.kill(run._channel.launcher, no_restart=True)
+    assert run.wait(120), "the run did not end"
+    assert run.status == "failed" and "the run's launcher (where fit() and Ray Train's controller ran) is gone" in str(
+        run.error
+    ), run.error
+    (row,) = [r for r in raynb.runs().rows if r["name"] == "launcher-lost"]
+    assert row["status"] == "failed", row
+
+
 @pytest.mark.s3
 def test_a_lost_worker_restarts_the_run_from_its_checkpoint_on_s3(
     cluster: raynb.Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
