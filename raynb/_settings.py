@@ -95,6 +95,11 @@ class Settings:
         "match, Ray Jobs where they do not",
         "--via",
     )
+    agent_port: int = option(
+        8266,
+        "the port raynb's agent asks for on the head on the Ray Jobs path, beside the dashboard's 8265 (where it is "
+        "taken, another, which the agent says in its job's log)",
+    )
     client_reconnect_grace_s: float = option(
         30.0,
         "seconds the cluster keeps this kernel's Ray Client session after the connection drops (Ray Client's "

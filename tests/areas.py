@@ -28,7 +28,11 @@ AREAS = {
         "k8s/test_node_pools.py",
         "k8s/test_auth_on_kubernetes.py",
     ),
-    "k8s-runs": ("k8s/test_qwen_notebook_on_kubernetes.py", "k8s/test_through_kubernetes.py"),
+    "k8s-runs": (
+        "k8s/test_qwen_notebook_on_kubernetes.py",
+        "k8s/test_through_kubernetes.py",
+        "k8s/test_jobs_on_kubernetes.py",
+    ),
 }
 
 

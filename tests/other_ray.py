@@ -1,8 +1,8 @@
 """A Python with another Ray, as the kernels raynb's users have: SageMaker Distribution 4.x (and codeflare-sdk) ship
 Ray 2.55.1, the DLC 2.58.0. A venv with ``ray[client,default]`` at that version from pip and what a Jupyter kernel
-there has beside it (ipykernel, ipywidgets, plotly, pandas, PyYAML; no torch: the cells run on the cluster) --
-raynb comes from the project on ``PYTHONPATH`` -- built once per machine in ``~/.cache/raynb-other-ray/`` and reused
-(a minute or two the first time, for Ray's 74 MB wheel and the rest)."""
+there has beside it (ipykernel, ipywidgets, plotly, pandas, PyYAML, and kubernetes for a RayCluster; no torch: the cells
+run on the cluster) -- raynb comes from the project on ``PYTHONPATH`` -- built once per machine in
+``~/.cache/raynb-other-ray/`` and reused (a minute or two the first time, for Ray's 74 MB wheel and the rest)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 #: SageMaker Distribution 4.5.3's Ray (and codeflare-sdk's)
 OTHER_RAY = "2.55.1"
 #: the rest of the kernel's environment (a change here builds a new venv beside the old one)
-KERNEL_PACKAGES = ("ipykernel", "ipywidgets", "plotly", "pandas", "pyyaml")
+KERNEL_PACKAGES = ("ipykernel", "ipywidgets", "plotly", "pandas", "pyyaml", "kubernetes")
 
 
 def other_ray_python(version: str = OTHER_RAY) -> Path:

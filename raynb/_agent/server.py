@@ -3,8 +3,10 @@ call checked against the secret its job carries. It holds a channel per run it w
 their launchers and sinks, belong to the cluster (detached actors in the registry) and outlive the agent, so an
 agent started again finds them.
 
-It listens on the head node's address as Ray has it (127.0.0.1 for an embedded head, which listens on nothing else) at
-``RAYNB_AGENT_PORT`` (8266, beside the dashboard's 8265) where that is free, else on a free port, and says which in
+It listens on the head node's address as Ray has it (127.0.0.1 for an embedded head, which listens on nothing else;
+``RAYNB_AGENT_HOST`` where the kernel says otherwise: every address of a Kubernetes head pod, which a port-forward
+reaches through its loopback) at ``RAYNB_AGENT_PORT`` (the kernel's ``agent_port``, 8266 unless set: beside the
+dashboard's 8265) where that is free, else on a free port, and says which in
 its log (``LISTENING``), where a kernel reads it through the Jobs API. It ends itself after ``RAYNB_AGENT_IDLE_S``
 without a call while no run goes on."""
 
@@ -27,7 +29,7 @@ from typing import Any
 
 from .._client import cluster_side as side
 from .._client.run_channel import RunChannel
-from .._shared.wire import LISTENING, PORT_ENV, PREFIX, SECRET_ENV, dumps, loads
+from .._shared.wire import HOST_ENV, LISTENING, PORT_ENV, PREFIX, SECRET_ENV, dumps, loads
 from ..errors import RaynbError
 
 __all__ = ["Agent", "main", "DEFAULT_PORT"]
@@ -228,7 +230,7 @@ def main() -> None:
     ray.init(log_to_driver=False)
     agent = Agent()
     # where the head listens: its node's address (127.0.0.1 for an embedded head, which listens on nothing else)
-    host = os.environ.get("RAYNB_AGENT_HOST") or ray.util.get_node_ip_address()
+    host = os.environ.get(HOST_ENV) or ray.util.get_node_ip_address()
     server = _listen(_handler(agent, secret), host, int(os.environ.get(PORT_ENV, DEFAULT_PORT)))
     server.daemon_threads = True
 

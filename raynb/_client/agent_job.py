@@ -15,14 +15,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .._shared.wire import LISTENING, PORT_ENV, SECRET_ENV
+from .._shared.wire import HOST_ENV, LISTENING, PORT_ENV, SECRET_ENV
 from ..errors import ConnectError
 from .over_jobs import JobsSide
 
-__all__ = ["reach_agent", "source_key", "AGENT_PORT"]
+__all__ = ["reach_agent", "source_key"]
 
-#: the port the agent asks for first, beside the dashboard's 8265 (a free one where it is taken)
-AGENT_PORT = 8266
 _PACKAGE = Path(__file__).resolve().parent.parent
 
 
@@ -37,13 +35,16 @@ def source_key(root: Path = _PACKAGE) -> str:
 def reach_agent(
     dashboard_url: str,
     *,
-    host: str,
+    at: Callable[[int], str],
+    port: int,
+    bind: str | None,
     token: str | None,
     say: Callable[[str], None],
     timeout: float = 180.0,
 ) -> JobsSide:
     """The agent of the cluster whose dashboard is ``dashboard_url`` (started when none runs this raynb), reached at
-    ``host`` on the port it says in its log; found (or started) again whenever it stops answering."""
+    ``at(the port it says in its log)``; found (or started) again whenever it stops answering. A new agent asks for
+    ``port`` and binds ``bind`` (None: the head node's address)."""
     import logging
 
     from ray.job_submission import JobSubmissionClient
@@ -53,7 +54,7 @@ def reach_agent(
     client = JobSubmissionClient(dashboard_url, headers={"Authorization": f"Bearer {token}"} if token else None)
 
     def reach() -> tuple[str, str]:
-        return _find_or_start(client, host, say, timeout)
+        return _find_or_start(client, at, port, bind, say, timeout)
 
     def reach_again() -> tuple[str, str]:
         say("raynb's agent on the cluster stopped answering: finding or starting it again (runs go on meanwhile)")
@@ -65,7 +66,9 @@ def reach_agent(
     return side
 
 
-def _find_or_start(client: Any, host: str, say: Callable[[str], None], timeout: float) -> tuple[str, str]:
+def _find_or_start(
+    client: Any, at: Callable[[int], str], port: int, bind: str | None, say: Callable[[str], None], timeout: float
+) -> tuple[str, str]:
     """(the agent's URL, its secret): the running agent of this raynb that answers, or a new one. An agent whose
     job still says RUNNING but which does not answer is on its way out (its job being stopped): not used."""
     from ray.job_submission import JobStatus
@@ -77,7 +80,7 @@ def _find_or_start(client: Any, host: str, say: Callable[[str], None], timeout: 
         if meta.get("raynb") != "agent" or meta.get("raynb_source") != key or job.status not in live:
             continue
         secret = str(((job.runtime_env or {}).get("env_vars") or {}).get(SECRET_ENV, ""))
-        url = f"http://{host}:{_port_from_log(client, str(job.submission_id), timeout, say)}"
+        url = at(_port_from_log(client, str(job.submission_id), timeout, say))
         if _answers(url, secret):
             return url, secret
     secret = secrets.token_urlsafe(32)
@@ -88,12 +91,12 @@ def _find_or_start(client: Any, host: str, say: Callable[[str], None], timeout: 
         runtime_env={
             "py_modules": [str(_PACKAGE)],
             "excludes": ["__pycache__", "*.pyc"],
-            "env_vars": {SECRET_ENV: secret, PORT_ENV: str(AGENT_PORT)},
+            "env_vars": {SECRET_ENV: secret, PORT_ENV: str(port), **({HOST_ENV: bind} if bind else {})},
         },
         metadata={"raynb": "agent", "raynb_source": key},
         entrypoint_num_cpus=0,
     )
-    return f"http://{host}:{_port_from_log(client, job_id, timeout, say)}", secret
+    return at(_port_from_log(client, job_id, timeout, say)), secret
 
 
 def _answers(url: str, secret: str) -> bool:

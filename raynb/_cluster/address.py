@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from .backend import BackendChecks, BackendKind, Say, kube_checks_not_applicable
+from .backend import BackendChecks, BackendKind, Say, agent_beside_dashboard, kube_checks_not_applicable
 from .session import dashboard_get
 
 __all__ = ["AddressBackend", "parse_address", "up"]
@@ -48,10 +48,17 @@ class AddressBackend:
     kind: BackendKind = "address"
     #: where the head runs is not this kernel's to know: the doctor asks the cluster's own nodes instead
     head_shm_matters: bool = False
+    agent_host: str | None = None
 
     @property
     def name(self) -> str:
         return self.address.split("://", 1)[-1]
+
+    def image_versions(self) -> tuple[str, str]:
+        return "", ""  # nothing said before connecting: its dashboard says its Ray
+
+    def agent_url(self, port: int, dashboard_url: str) -> str:
+        return agent_beside_dashboard(port, dashboard_url)
 
     def reach(self, say: Say) -> tuple[str, str | None]:
         """The address as given, and the dashboard's (the cluster then chooses Ray Client or Ray Jobs)."""

@@ -4,6 +4,7 @@ running cluster raynb did not start). A new way to reach a head is a new module,
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -14,7 +15,7 @@ if TYPE_CHECKING:
     from .._shared.cost import HourlyCost
     from .kube_state import KubeStatus
 
-__all__ = ["Backend", "BackendKind", "BackendChecks", "Say", "kube_checks_not_applicable"]
+__all__ = ["Backend", "BackendKind", "BackendChecks", "Say", "kube_checks_not_applicable", "agent_beside_dashboard"]
 
 BackendKind = Literal["local", "kubernetes", "address"]
 Say = Callable[[str], None]
@@ -43,6 +44,11 @@ def kube_checks_not_applicable(why: str) -> BackendChecks:
     return BackendChecks([Check(name, "n/a", why) for name in _KUBE_ONLY])
 
 
+def agent_beside_dashboard(port: int, dashboard_url: str) -> str:
+    """raynb's agent on the dashboard's host: where a head this kernel reaches directly serves it."""
+    return f"http://{urllib.parse.urlsplit(dashboard_url).hostname or '127.0.0.1'}:{port}"
+
+
 class Backend(Protocol):
     @property
     def kind(self) -> BackendKind: ...
@@ -61,6 +67,19 @@ class Backend(Protocol):
 
     def token_path(self) -> str | None:
         """Ray's auth token for this cluster, when it is in token mode and raynb holds the token."""
+        ...
+
+    def image_versions(self) -> tuple[str, str]:
+        """(Ray, Python) the cluster's image is said to have before anything runs ('' where nothing says)."""
+        ...
+
+    @property
+    def agent_host(self) -> str | None:
+        """The address raynb's agent binds on the head (the Jobs path; None: the head node's, as Ray's servers)."""
+        ...
+
+    def agent_url(self, port: int, dashboard_url: str) -> str:
+        """Where this kernel reaches raynb's agent, which listens on ``port`` of the head."""
         ...
 
     def runtime_env(self) -> dict[str, Any]:

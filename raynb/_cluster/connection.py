@@ -7,7 +7,6 @@ from ``_client.side()``."""
 from __future__ import annotations
 
 import platform
-import urllib.parse
 from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,13 +27,14 @@ __all__ = ["connect"]
 def connect(backend: Backend, settings: Settings, address: str, dashboard_url: str | None, say: Say) -> str:
     """Connect this kernel to the cluster at ``address``; how, and why, in words (``%raycluster status`` says it)."""
     path = backend.token_path()
-    via, why = _choose(settings, address, dashboard_url, token=Path(path).read_text().strip() if path else None)
+    token = Path(path).read_text().strip() if path else None
+    via, why = _choose(settings, address, dashboard_url, token=token, image=backend.image_versions())
     if via == "client":
         try:
             _connect_client(backend, settings, address, dashboard_url, say)
             return f"through Ray Client: {why}"
         except VersionMismatchError as e:
-            if settings.connect_via != "auto" or not dashboard_url or backend.kind == "kubernetes":
+            if settings.connect_via != "auto" or not dashboard_url:
                 raise
             why = str(e.saw)
     return _connect_jobs(backend, settings, dashboard_url, why, say)
@@ -44,8 +44,15 @@ def _kernel_ray() -> str:
     return version("ray")
 
 
-def _choose(settings: Settings, address: str, dashboard_url: str | None, token: str | None = None) -> tuple[str, str]:
-    """Ray Client ("client") or Ray Jobs ("jobs"), and why (``token``: the cluster's, for its dashboard)."""
+def _choose(
+    settings: Settings,
+    address: str,
+    dashboard_url: str | None,
+    token: str | None = None,
+    image: tuple[str, str] = ("", ""),
+) -> tuple[str, str]:
+    """Ray Client ("client") or Ray Jobs ("jobs"), and why (``token``: the cluster's, for its dashboard; ``image``:
+    the (Ray, Python) its image is said to have, as a values file says)."""
     asked = settings.connect_via
     if address.startswith(("http://", "https://")):
         if asked == "client":
@@ -57,13 +64,20 @@ def _choose(settings: Settings, address: str, dashboard_url: str | None, token: 
     if asked == "jobs":
         return asked, "connect_via is 'jobs'"
     answer = session.dashboard_get(dashboard_url, "/api/version", 5.0, token=token) or {}
-    theirs = str(answer.get("ray_version") or "")
+    theirs = str(answer.get("ray_version") or "") or image[0]
+    python = image[1]
     if asked == "client":  # refused here at once, rather than by Ray Client after its attempts
-        session.check_versions(theirs, "", where=f"the cluster at {address}")
+        session.check_versions(theirs, python, where=f"the cluster at {address}")
         return asked, "connect_via is 'client'"
     if theirs and theirs != _kernel_ray():
         return "jobs", f"kernel Ray {_kernel_ray()}, cluster Ray {theirs}"
+    if python and _minor(python) != _minor(platform.python_version()):
+        return "jobs", f"kernel Python {platform.python_version()}, cluster Python {python}"
     return "client", "the kernel's Python and Ray are the cluster's"
+
+
+def _minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])
 
 
 def _connect_client(backend: Backend, settings: Settings, address: str, dashboard_url: str | None, say: Say) -> None:
@@ -83,16 +97,22 @@ def _connect_client(backend: Backend, settings: Settings, address: str, dashboar
 def _connect_jobs(backend: Backend, settings: Settings, dashboard_url: str | None, why: str, say: Say) -> str:
     from .._client.agent_job import reach_agent
 
-    if backend.kind == "kubernetes" or not dashboard_url:
+    if not dashboard_url:
         raise UsageError(
-            "Through Ray Jobs raynb reaches clusters by their dashboard's address"
-            + (" (a RayCluster's comes in a later release)." if backend.kind == "kubernetes" else "; none is known."),
+            "Through Ray Jobs raynb reaches clusters by their dashboard's address; none is known.",
             fix="give dashboard_url= (--dashboard-url), or use a kernel with the cluster's Python and Ray",
         )
     session.disconnect()
     token = session.jobs_token(dashboard_url, backend.token_path())
-    host = urllib.parse.urlsplit(dashboard_url).hostname or "127.0.0.1"
-    chosen = reach_agent(dashboard_url, host=host, token=token, say=say, timeout=settings.connect_timeout_s)
+    chosen = reach_agent(
+        dashboard_url,
+        at=lambda port: backend.agent_url(port, dashboard_url),
+        port=settings.agent_port,
+        bind=backend.agent_host,
+        token=token,
+        say=say,
+        timeout=settings.connect_timeout_s,
+    )
     use(chosen)
     theirs = chosen.cluster
     reached = (

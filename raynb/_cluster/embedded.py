@@ -9,7 +9,7 @@ from .._settings import Settings
 from ..errors import ClusterStartError, NotConnectedError, UsageError
 from . import embedded_head as head_proc
 from . import session
-from .backend import BackendChecks, BackendKind, Say, kube_checks_not_applicable
+from .backend import BackendChecks, BackendKind, Say, agent_beside_dashboard, kube_checks_not_applicable
 from .embedded_head import LocalHead
 
 __all__ = ["EmbeddedBackend", "up", "attach"]
@@ -21,12 +21,19 @@ class EmbeddedBackend:
     name: str = "local"
     kind: BackendKind = "local"
     head_shm_matters: bool = True
+    agent_host: str | None = None
 
     def reach(self, say: Say) -> tuple[str, str | None]:
         return self.head.client_address, self.head.dashboard_url
 
     def token_path(self) -> str | None:
         return self.head.token_path
+
+    def image_versions(self) -> tuple[str, str]:
+        return "", ""  # this machine's: the dashboard says its Ray
+
+    def agent_url(self, port: int, dashboard_url: str) -> str:
+        return agent_beside_dashboard(port, dashboard_url)
 
     def runtime_env(self) -> dict[str, Any]:
         return {}  # same machine: workers import the installed raynb

@@ -25,7 +25,7 @@ from . import kube_connect
 from .backend import BackendChecks, BackendKind, Say
 from .kube_state import KubeStatus, RayClusterRef, readiness, spec_differences
 from .port_forward import PortForward
-from .session import check_versions, dashboard_get
+from .session import check_versions
 
 __all__ = ["KubernetesBackend", "up", "attach", "delete", "rows", "named_raycluster"]
 
@@ -42,6 +42,9 @@ class KubernetesBackend:
     forwards: dict[int, PortForward] = field(default_factory=dict)
     kind: BackendKind = "kubernetes"
     head_shm_matters: bool = False
+    #: a port-forward reaches a pod through its own loopback, so the agent listens on every address of the head pod
+    #: (its secret guards it, as the cluster's token guards the dashboard, which KubeRay binds to 0.0.0.0 too)
+    agent_host: str | None = "0.0.0.0"
 
     @property
     def name(self) -> str:
@@ -55,21 +58,21 @@ class KubernetesBackend:
         return self.forwards[remote_port]
 
     def reach(self, say: Say) -> tuple[str, str | None]:
-        """Port-forward the head's client (10001) and dashboard (8265) ports to 127.0.0.1, then check versions."""
+        """Port-forward the head's client (10001) and dashboard (8265) ports to 127.0.0.1 (which of Ray Client and
+        Ray Jobs the kernel takes is ``connection.py``'s to choose)."""
         client_fw, dash_fw = self.forward(CLIENT_PORT), self.forward(DASHBOARD_PORT)
-        address, dashboard = f"ray://{client_fw.address}", f"http://{dash_fw.address}"
         say(
             f"port-forward 127.0.0.1:{client_fw.local_port} → head:{CLIENT_PORT} (Ray Client), "
             f"127.0.0.1:{dash_fw.local_port} → head:{DASHBOARD_PORT} (dashboard) through the Kubernetes API"
         )
-        answer = dashboard_get(dashboard, "/api/version", timeout=10) or {}
-        server_ray = str(answer.get("ray_version") or "") or self.values.get("RAY_VERSION", "")
-        check_versions(
-            server_ray,
-            self.values.get("PYTHON_VERSION", ""),
-            where=f"the cluster (image {self.values.get('DLC_IMAGE', '?')})",
-        )
-        return address, dashboard
+        return f"ray://{client_fw.address}", f"http://{dash_fw.address}"
+
+    def image_versions(self) -> tuple[str, str]:
+        return self.values.get("RAY_VERSION", ""), self.values.get("PYTHON_VERSION", "")
+
+    def agent_url(self, port: int, dashboard_url: str) -> str:
+        """A port-forward to the agent's port of the head pod, as for Ray Client's and the dashboard's."""
+        return f"http://{self.forward(port).address}"
 
     def token_path(self) -> str | None:
         """The cluster's Ray token (token mode: KubeRay's Secret, read with `get secrets`), copied into a file only
@@ -220,7 +223,8 @@ def up(
     target = kube_connect.connect_api(context=settings.kube_context, kubeconfig=kubeconfig)
     say(f"Kubernetes API: {target.where()}")
     kube_connect.ensure_crd(target)
-    if connect:  # before creating anything: a cluster this kernel cannot talk to helps nobody
+    if connect and settings.connect_via == "client":  # before creating anything: a cluster this kernel cannot
+        # talk to helps nobody (through Ray Jobs, where auto takes a kernel whose Python or Ray differs, it can)
         check_versions(
             vals.get("RAY_VERSION", ""), vals.get("PYTHON_VERSION", ""), where=f"the image {vals.get('DLC_IMAGE', '?')}"
         )

@@ -33,6 +33,8 @@ class PortForward:
         self._open: set[socket.socket] = set()
         self._lock = threading.Lock()
         self._closed = False
+        self._tunnel_api: Any = None  # an API client of the forward's own (see _tunnel)
+        self._tunnel_lock = threading.Lock()
         self.tunnels_opened = 0
         self.last_error: str | None = None
         threading.Thread(target=self._accept, name=f"raynb port-forward :{self.local_port}", daemon=True).start()
@@ -42,13 +44,22 @@ class PortForward:
         return f"127.0.0.1:{self.local_port}"
 
     def _tunnel(self) -> Any:
+        """A new tunnel. The client library's ``portforward`` swaps the API client's ``call_api`` for a websocket one
+        while it connects and puts back what it found: two at once on one client leave the websocket one in place
+        (every later call then fails: "Missing required parameter `ports`"), and a plain API call made meanwhile goes
+        out as a websocket. So tunnels are opened one at a time, on an API client of the forward's own -- the Jobs
+        path opens one per HTTP call, several at once."""
         from kubernetes import client
         from kubernetes.stream import portforward
 
-        core = client.CoreV1Api(self.api)
-        return portforward(
-            core.connect_get_namespaced_pod_portforward, self.pod_name(), self.namespace, ports=str(self.remote_port)
-        )
+        name = self.pod_name()
+        with self._tunnel_lock:
+            if self._tunnel_api is None:
+                self._tunnel_api = client.ApiClient(self.api.configuration)
+            core = client.CoreV1Api(self._tunnel_api)
+            return portforward(
+                core.connect_get_namespaced_pod_portforward, name, self.namespace, ports=str(self.remote_port)
+            )
 
     def _accept(self) -> None:
         while not self._closed:

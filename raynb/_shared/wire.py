@@ -7,7 +7,7 @@ import base64
 import json
 from typing import Any
 
-__all__ = ["PREFIX", "SECRET_ENV", "PORT_ENV", "LISTENING", "dumps", "loads"]
+__all__ = ["PREFIX", "SECRET_ENV", "PORT_ENV", "HOST_ENV", "LISTENING", "dumps", "loads"]
 
 #: every call is ``POST {PREFIX}<op>``
 PREFIX = "/raynb/v1/"
@@ -15,6 +15,8 @@ PREFIX = "/raynb/v1/"
 SECRET_ENV = "RAYNB_AGENT_SECRET"
 #: the port the agent tries first (a free one when that is taken; it says which in its log)
 PORT_ENV = "RAYNB_AGENT_PORT"
+#: the address it binds (unset: the head node's)
+HOST_ENV = "RAYNB_AGENT_HOST"
 #: the agent's log line that tells a kernel where it listens: ``LISTENING <port>``
 LISTENING = "raynb agent listening on port"
 

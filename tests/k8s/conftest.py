@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -138,7 +139,17 @@ def _raynb_home(path: str) -> Iterator[None]:
 
 
 @pytest.fixture(scope="package")
-def head_behind_pods(stack: controlplane.Stack, tmp_path_factory: pytest.TempPathFactory):
+def agent_port() -> int:
+    """The port raynb's agent listens on in the head "pod" on the Ray Jobs path (a kernel asks for it: agent_port).
+    On EKS that is 8266 in the pod's own network; here the pod is this machine's head, so a free port, forwarded to
+    itself."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="package")
+def head_behind_pods(stack: controlplane.Stack, agent_port: int, tmp_path_factory: pytest.TempPathFactory):
     """A real local Ray head standing behind the RayCluster's head pod: kwok's ClusterPortForward sends the pod's
     10001/8265 to it, and its ClusterLogs serves (a CRI-format copy of) the head's log through pods/log."""
     from raynb._cluster import embedded_head as local
@@ -174,6 +185,7 @@ def head_behind_pods(stack: controlplane.Stack, tmp_path_factory: pytest.TempPat
                 "forwards": [
                     {"ports": [10001], "target": {"port": client_port, "address": "127.0.0.1"}},
                     {"ports": [8265], "target": {"port": dash_port, "address": "127.0.0.1"}},
+                    {"ports": [agent_port], "target": {"port": agent_port, "address": "127.0.0.1"}},
                 ],
             },
         },

@@ -45,8 +45,10 @@ def test_unknown_context(stack) -> None:
 
 
 def test_version_mismatch_is_caught_before_anything_is_created(stack) -> None:
+    """Asked for Ray Client, a kernel whose Python is not the image's is refused before anything is created (under
+    auto it goes through Ray Jobs: test_jobs_on_kubernetes.py)."""
     with pytest.raises(ConnectError) as e:
-        raynb.up(values=VALUES, set={"PYTHON_VERSION": "3.13" if HERE_PY != "3.13" else "3.12"})
+        raynb.up(values=VALUES, set={"PYTHON_VERSION": "3.13" if HERE_PY != "3.13" else "3.12"}, via="client")
     assert "Python" in e.value.saw and 'pip install "ray[client,train,default]==2.58.0"' in e.value.fix
     assert kube.get_raycluster(kube_connect.connect_api(), kube.RayClusterRef(NAME, "ray-train")) is None
 

@@ -13,7 +13,7 @@ from raynb._cluster.address import AddressBackend, parse_address
 from raynb._cluster.address import up as address_up
 from raynb._cluster.connection import _choose
 from raynb._settings import Settings
-from raynb.errors import UsageError
+from raynb.errors import UsageError, VersionMismatchError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,6 +53,39 @@ def test_a_dashboard_address_is_the_dashboard_and_is_reached_through_ray_jobs() 
 def test_connect_via_jobs_is_taken_as_asked_and_auto_without_a_dashboard_is_ray_client() -> None:
     assert _choose(Settings(connect_via="jobs"), "ray://10.0.1.7:10001", None) == ("jobs", "connect_via is 'jobs'")
     assert _choose(Settings(), "ray://10.0.1.7:10001", None)[0] == "client"
+
+
+def test_a_values_file_that_names_another_python_takes_ray_jobs_and_client_is_refused_at_once() -> None:
+    """A RayCluster's values file says its image's Python (the DLC: 3.13): a kernel of another minor goes through Ray
+    Jobs under auto, and is refused before any connect attempt when it asks for Ray Client. (No dashboard answers
+    here: the image's Ray stands in for the dashboard's.)"""
+    import platform
+
+    import ray
+
+    here = platform.python_version()
+    other = "3.13.5" if not here.startswith("3.13.") else "3.12.15"
+    image = (ray.__version__, other)
+    assert _choose(Settings(), "ray://127.0.0.1:1", None, image=image) == (
+        "jobs",
+        f"kernel Python {here}, cluster Python {other}",
+    )
+    with pytest.raises(VersionMismatchError) as e:
+        _choose(Settings(connect_via="client"), "ray://127.0.0.1:1", None, image=image)
+    assert f"vs {other} on the cluster at ray://127.0.0.1:1" in (e.value.saw or "")
+    assert _choose(Settings(), "ray://127.0.0.1:1", None, image=(ray.__version__, here))[0] == "client"
+    assert _choose(Settings(), "ray://127.0.0.1:1", None, image=("2.55.1", here)) == (
+        "jobs",
+        f"kernel Ray {ray.__version__}, cluster Ray 2.55.1",
+    )
+
+
+def test_the_agent_is_reached_beside_the_dashboard_or_through_a_port_forward() -> None:
+    from raynb._cluster.backend import agent_beside_dashboard
+
+    assert agent_beside_dashboard(8266, "http://10.0.1.7:8265") == "http://10.0.1.7:8266"
+    assert AddressBackend("http://10.0.1.7:8265").agent_url(9000, "http://10.0.1.7:8265") == "http://10.0.1.7:9000"
+    assert AddressBackend("http://10.0.1.7:8265").agent_host is None  # the head node's address, as Ray's servers
 
 
 def test_a_missing_token_file_is_named(tmp_path: Path) -> None:
