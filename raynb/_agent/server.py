@@ -179,7 +179,8 @@ class Agent:
 
 def _handler(agent: Agent, secret: str) -> type[http.server.BaseHTTPRequestHandler]:
     class Handler(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+        protocol_version = "HTTP/1.1"  # a kernel keeps one connection per thread (on Kubernetes: one tunnel)
+        timeout = 600  # an idle one is closed after this; the kernel opens another
 
         def do_POST(self) -> None:
             given = self.headers.get("Authorization", "")

@@ -5,11 +5,11 @@ pickle, and the picture the sink already pickles."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import pickle
 import threading
-import urllib.error
-import urllib.request
+import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn, TypeVar
 
@@ -45,6 +45,7 @@ class JobsSide:
         self._reach = reach
         self._reaching = threading.Lock()
         self._found = 0  # how often the agent was found again (a new one may listen on the same URL)
+        self._local = threading.local()  # each thread's kept-alive connection to the agent
 
     # --- the wire -----------------------------------------------------------------------------------------------
     def call(self, op: str, timeout: float = 60.0, **args: Any) -> Any:
@@ -65,36 +66,67 @@ class JobsSide:
                 raise again.error from None
 
     def _once(self, op: str, timeout: float, args: dict[str, Any]) -> Any:
-        request = urllib.request.Request(
-            f"{self.url}{PREFIX}{op}",
-            data=dumps(args),
-            headers={"Authorization": f"Bearer {self._secret}", "Content-Type": "application/json"},
-            method="POST",
-        )
         try:
-            with urllib.request.urlopen(request, timeout=timeout) as answer:
-                return loads(answer.read())["ok"]
-        except urllib.error.HTTPError as e:
-            if e.code == 401:  # an agent started again on the same port has a secret of its own
-                raise _Gone(
-                    ConnectError(
-                        "raynb's agent refused this kernel's call: the secret does not match.",
-                        fix="`%raycluster up` again reads the agent's secret from the cluster's jobs",
-                    )
-                ) from None
-            _raise_from(e)
-        except (urllib.error.URLError, ConnectionError) as e:
+            status, body = self._post(op, dumps(args), timeout)
+        except TimeoutError as e:  # no answer within the timeout: the agent is there, but busy or stuck
+            raise ConnectError(
+                f"raynb's agent at {self.url} did not answer {op!r} within {timeout:g} s ({e}).",
+                fix="run the cell again; `ray job logs` of the raynb-agent job says what it is doing",
+            ) from None
+        except (OSError, http.client.HTTPException) as e:
             raise _Gone(
                 ConnectError(
                     f"raynb's agent on the cluster does not answer at {self.url} ({e}).",
                     fix="`%raycluster up` with the same address starts it again; runs go on on the cluster meanwhile",
                 )
             ) from None
-        except OSError as e:  # e.g. no answer within the timeout: the agent is there, but busy or stuck
-            raise ConnectError(
-                f"raynb's agent at {self.url} did not answer {op!r} within {timeout:g} s ({e}).",
-                fix="run the cell again; `ray job logs` of the raynb-agent job says what it is doing",
-            ) from None
+        if status == 401:  # an agent started again on the same port has a secret of its own
+            raise _Gone(
+                ConnectError(
+                    "raynb's agent refused this kernel's call: the secret does not match.",
+                    fix="`%raycluster up` again reads the agent's secret from the cluster's jobs",
+                )
+            )
+        if status != 200:
+            _raise_from(status, body)
+        return loads(body)["ok"]
+
+    def _post(self, op: str, data: bytes, timeout: float) -> tuple[int, bytes]:
+        """One POST on this thread's connection to the agent, kept alive between calls (the agent answers HTTP/1.1):
+        one TCP connection per kernel thread -- on Kubernetes one port-forward tunnel, not one per call. A kept
+        connection the agent closed while it sat idle is opened again, once: the request never reached the agent."""
+        for _ in range(2):
+            conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
+            kept = conn is not None and self._local.url == self.url
+            if not kept:
+                if conn is not None:
+                    conn.close()
+                parts = urllib.parse.urlsplit(self.url)
+                conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=timeout)
+                try:
+                    conn.connect()
+                except OSError as e:  # refused, or no answer to connect: nobody listens there (not a busy agent)
+                    raise ConnectionError(str(e) or type(e).__name__) from None
+                self._local.conn, self._local.url = conn, self.url
+            assert conn is not None
+            if conn.sock is not None:
+                conn.sock.settimeout(timeout)
+            conn.timeout = timeout
+            headers = {"Authorization": f"Bearer {self._secret}", "Content-Type": "application/json"}
+            try:
+                conn.request("POST", f"{PREFIX}{op}", body=data, headers=headers)
+                answer = conn.getresponse()
+                return answer.status, answer.read()
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                conn.close()
+                self._local.conn = None
+                if not kept:
+                    raise
+            except BaseException:
+                conn.close()  # in an unknown state (a timeout mid-answer): the next call opens another
+                self._local.conn = None
+                raise
+        raise AssertionError("unreachable")
 
     # --- ClusterSide --------------------------------------------------------------------------------------------
     def connected(self) -> bool:
@@ -235,11 +267,11 @@ class JobsWarmChannel:
         self.side.call("warm_stop", id=self.id)
 
 
-def _raise_from(e: urllib.error.HTTPError) -> NoReturn:
+def _raise_from(status: int, body: bytes) -> NoReturn:
     try:
-        err = json.loads(e.read())["error"]
+        err = json.loads(body)["error"]
     except Exception:  # noqa: BLE001 - not the agent answering (a proxy, another server on the port)
-        raise ConnectError(f"Something other than raynb's agent answered ({e.code} {e.reason}).") from None
+        raise ConnectError(f"Something other than raynb's agent answered (HTTP {status}).") from None
     if err["type"] == "UsageError":
         raise UsageError(err["message"], fix=err.get("fix"))
     raise AgentError(err["type"], err["message"])

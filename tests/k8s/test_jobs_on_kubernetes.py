@@ -75,7 +75,9 @@ def test_a_kernel_of_another_ray_reaches_a_raycluster_through_ray_jobs(
     assert out["steps"] == list(range(5)) and out["ranks"] == [0, 1], out
     assert out["where"] == [f"{platform.python_version()} / 2.58.0"], out["where"]  # the head "pod"'s Python and Ray
     assert set(out["forwards"]) == {"10001", "8265", str(agent_port)}, out["forwards"]
-    assert out["forwards"][str(agent_port)] >= 2 and out["forwards"]["10001"] == 0, out["forwards"]  # no Ray Client
+    assert out["forwards"]["10001"] == 0, out["forwards"]  # no Ray Client
+    # one tunnel per kernel thread that calls the agent, its connection kept alive (6 here; one per call was 112)
+    assert 1 <= out["forwards"][str(agent_port)] <= 12, out["forwards"]
     # tunnels opened several at once (one per HTTP call) each on the forward's own API client, one at a time: before,
     # two at once left the client library's websocket call_api in place and every later call failed
     assert not any("Missing required parameter" in (e or "") for e in out["forward_errors"].values()), out

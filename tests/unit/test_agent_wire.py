@@ -1,0 +1,83 @@
+"""The kernel's side of the Ray Jobs path talking to the agent's real HTTP handler (``_agent/server.py``) over real
+sockets on 127.0.0.1: one kept-alive connection per kernel thread (on Kubernetes, one port-forward tunnel instead of
+one per call), a connection the agent closed while idle opened again without the caller seeing it, and what each
+failure says. What answers the calls here is a stand-in for the agent's seam (the real one needs a cluster:
+tests/integration/test_jobs_path.py)."""
+
+from __future__ import annotations
+
+import http.server
+import re
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from raynb._agent.server import _handler
+from raynb._client.over_jobs import JobsSide
+from raynb.errors import ConnectError
+
+SECRET = "s" * 32
+
+
+class Answers:
+    """Answers ``echo`` and ``sleep``, as the agent answers its seam's calls."""
+
+    def call(self, op: str, args: dict[str, Any]) -> Any:
+        if op == "sleep":
+            time.sleep(args["s"])
+        return {"op": op, **args}
+
+
+@pytest.fixture
+def agent() -> Iterator[tuple[str, set[int], type[http.server.BaseHTTPRequestHandler]]]:
+    """The agent's handler on a free port: its URL, the client ports it saw (one per connection), its class."""
+    handler = _handler(Answers(), SECRET)
+    seen: set[int] = set()
+
+    class Counting(handler):  # type: ignore[valid-type,misc]
+        def setup(self) -> None:
+            seen.add(self.client_address[1])
+            super().setup()
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Counting)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", seen, Counting
+    server.shutdown()
+    server.server_close()
+
+
+def test_calls_from_one_thread_share_one_connection_and_each_thread_has_its_own(agent) -> None:
+    url, seen, _ = agent
+    side = JobsSide(url, SECRET, cluster={})
+    assert [side.call("echo", n=i)["n"] for i in range(20)] == list(range(20))
+    assert len(seen) == 1
+    threads = [threading.Thread(target=lambda: [side.call("echo") for _ in range(5)]) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(seen) == 4
+
+
+def test_a_connection_the_agent_closed_while_idle_is_opened_again_unseen(agent) -> None:
+    url, seen, handler = agent
+    handler.timeout = 0.2  # the agent's 600 s, shortened
+    side = JobsSide(url, SECRET, cluster={})
+    assert side.call("echo", n=1)["n"] == 1
+    time.sleep(0.6)  # the agent has closed it
+    assert side.call("echo", n=2)["n"] == 2
+    assert len(seen) == 2
+
+
+def test_what_each_failure_says(agent) -> None:
+    url, _, _ = agent
+    with pytest.raises(ConnectError, match="the secret does not match"):
+        JobsSide(url, "x" * 32, cluster={}).call("echo")
+    with pytest.raises(ConnectError, match=re.escape("did not answer 'sleep' within 0.3 s")):
+        JobsSide(url, SECRET, cluster={}).call("sleep", timeout=0.3, s=1.0)
+    with pytest.raises(ConnectError, match=re.escape("does not answer at http://127.0.0.1:1 ")):
+        JobsSide("http://127.0.0.1:1", SECRET, cluster={}).call("echo")
