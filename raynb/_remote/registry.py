@@ -91,16 +91,11 @@ class RunRegistry:
             return  # busy, not dead
         except Exception as e:  # noqa: BLE001 - ActorDiedError and friends
             if run["status"] in ACTIVE:
+                why = f"the run's launcher (where fit() and Ray Train's controller ran) is gone: {e}"
                 run.update(
                     status="failed",
                     ended=time.time(),
-                    outcome={
-                        "status": "failed",
-                        "error_type": type(e).__name__,
-                        "message": f"the run's launcher (where fit() and Ray Train's controller ran) is gone: {e}"[
-                            :2000
-                        ],
-                    },
+                    outcome={"status": "failed", "error_type": type(e).__name__, "message": why[:2000]},
                 )
                 self._changed[name].set()
 

@@ -11,8 +11,9 @@ ones (accepted, never answered) for the cut, so the port-forward's tunnels die a
 until they give up. The cluster itself (API server, kwok's nodes, the head) stays healthy, as it would on EKS. The
 grace is raynb's ``client_reconnect_grace_s`` (30 s by default, 10 s in the tests, so the cut is 20 s, not a minute).
 
-What is modelled: the head "pod" is the local Ray head, so the versions check here passes by construction (the test
-sets PYTHON_VERSION to this Python; test_errors.py checks a real mismatch refuses before creating anything); the GPU
+What is modelled: the head "pod" is the local Ray head, so the versions match by construction and the kernel takes Ray
+Client (the test sets PYTHON_VERSION to this Python; test_errors.py checks that a mismatch under `--via client` is
+refused before anything is created, test_jobs_on_kubernetes.py that under auto it goes through Ray Jobs); the GPU
 nodes are kwok's. The values file's STORAGE_PATH and STRICT_EFA reach a real run: Ray Train writes under the storage
 path, and the workers get NCCL_NET=Libfabric."""
 
