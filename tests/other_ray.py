@@ -18,6 +18,24 @@ OTHER_RAY = "2.55.1"
 KERNEL_PACKAGES = ("ipykernel", "ipywidgets", "plotly", "pandas", "pyyaml", "kubernetes")
 
 
+#: runs a script from a file, as a kernel's code is (a function's source is read from its file)
+RUN_FILE = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+
+
+def other_ray_env(**extra: str) -> dict[str, str]:
+    """The environment of a process of the other Ray: none of this venv's Ray settings, raynb from the project."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "VIRTUAL_ENV"))}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    return {**env, **extra}
+
+
+def run_in_other_ray(file: Path, args: list[str], env: dict[str, str], timeout: float) -> dict:
+    """Run the script ``file`` with ``args`` in the other Ray's Python; what its ``RESULT`` line says."""
+    from tests.integration.fresh_python import script_result
+
+    return script_result(RUN_FILE, [str(file), *args], env, timeout=timeout, python=str(other_ray_python()))
+
+
 def other_ray_python(version: str = OTHER_RAY) -> Path:
     """The interpreter of a venv with Ray ``version`` (built on first use; several test processes wait for one)."""
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "raynb-other-ray"

@@ -71,13 +71,9 @@ def _choose(
         return asked, "connect_via is 'client'"
     if theirs and theirs != _kernel_ray():
         return "jobs", f"kernel Ray {_kernel_ray()}, cluster Ray {theirs}"
-    if python and _minor(python) != _minor(platform.python_version()):
+    if python and session.python_minor(python) != session.python_minor(platform.python_version()):
         return "jobs", f"kernel Python {platform.python_version()}, cluster Python {python}"
     return "client", "the kernel's Python and Ray are the cluster's"
-
-
-def _minor(version: str) -> str:
-    return ".".join(version.split(".")[:2])
 
 
 def _connect_client(backend: Backend, settings: Settings, address: str, dashboard_url: str | None, say: Say) -> None:

@@ -26,6 +26,7 @@ __all__ = [
     "disconnect",
     "is_connected",
     "check_versions",
+    "python_minor",
     "auth_preflight",
     "dashboard_get",
     "jobs_token",
@@ -238,6 +239,11 @@ def cluster_versions(refusal: str) -> tuple[str, str] | None:
     return None if m is None else (m[1], m[2])
 
 
+def python_minor(version: str) -> str:
+    """``3.13`` of ``3.13.5`` (Ray Client needs the same minor on both ends)."""
+    return ".".join(version.split(".")[:2])
+
+
 def check_versions(server_ray: str, server_python: str, *, where: str = "the cluster") -> None:
     """Ray Client needs the same Ray version and Python minor on both ends; say exactly what to install."""
     import ray
@@ -246,10 +252,10 @@ def check_versions(server_ray: str, server_python: str, *, where: str = "the clu
     problems = []
     if server_ray and server_ray != ray.__version__:
         problems.append(f"Ray {ray.__version__} here vs {server_ray} on {where}")
-    if server_python and ".".join(server_python.split(".")[:2]) != here_py:
+    if server_python and python_minor(server_python) != here_py:
         problems.append(f"Python {here_py} here vs {server_python} on {where}")
     if problems:
-        py = ".".join(server_python.split(".")[:2]) if server_python else here_py
+        py = python_minor(server_python) if server_python else here_py
         raise VersionMismatchError(
             "This notebook's environment does not match the cluster image, so Ray Client cannot connect.",
             saw="; ".join(problems),

@@ -43,7 +43,6 @@ class MetricsSink:
         self._offsets: list[int] = []  # byte offset of record k * SPILL_INDEX_EVERY in the spill file
         self._step = 0
         self._attempt = 0  # Ray Train starts the worker group again after a failure (max_failures): one more
-        self._started: set[int] = set()  # the ranks whose worker said it started in attempt self._attempt
         self._rank_attempt: dict[int, int] = {}  # each rank's newest worker's attempt: what its records belong to
         self._last_report: float | None = None
         self._ranks: set[int] = set()
@@ -91,15 +90,13 @@ class MetricsSink:
         again. Each worker's calls reach this actor in the order it made them, but the ranks' calls are not ordered
         among themselves -- rank 1 of a new group may report before rank 0 of it says it started -- so a record
         belongs to its own rank's newest worker, never to whichever rank spoke last."""
-        if rank in self._started or not self._started:
+        if self._attempt == 0 or self._rank_attempt.get(rank) == self._attempt:
             self._attempt += 1
-            self._started = set()
             if self._attempt > 1:  # find out which worker was lost, and why
                 before = [
                     e for e in self._events if e.get("kind") == "worker_started" and e["attempt"] == self._attempt - 1
                 ]
                 asyncio.get_running_loop().create_task(self._explain_restart(before, self._attempt))
-        self._started.add(rank)
         self._rank_attempt[rank] = self._attempt
 
     def _attempt_of(self, rank: Any) -> int:

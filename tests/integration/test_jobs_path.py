@@ -6,7 +6,6 @@ agent; the next finds it running."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import textwrap
 import time
@@ -16,7 +15,6 @@ from typing import Any
 import pytest
 
 import raynb
-from tests.integration.fresh_python import script_result
 
 pytestmark = pytest.mark.journey  # the second test finds the agent the first started
 
@@ -71,28 +69,18 @@ OTHER_RAY_SCRIPT = textwrap.dedent("""
     out["down"] = said[-1]
     print("RESULT " + json.dumps(out))
 """)
-#: runs the script from a file, as a kernel's code is (a function's source is read from its file)
-RUN_FILE = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
-
-
-def _other_env() -> dict[str, str]:
-    """The environment of a process of the other Ray: none of this venv's Ray settings, raynb from the project."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "VIRTUAL_ENV"))}
-    env["PYTHONPATH"] = str(Path(raynb.__file__).resolve().parents[1])
-    return env
 
 
 def _kernel(script: str, cluster: raynb.Cluster, tmp_path: Path, *args: str, timeout: float = 400) -> dict:
     """Run ``script`` from a file in the other Ray's Python, given the head's address, token file and dashboard
     (then ``args``); what its ``RESULT`` line says."""
-    from tests.other_ray import other_ray_python
+    from tests.other_ray import other_ray_env, run_in_other_ray
 
     head = cluster.backend.head
-    env = _other_env()
     file = tmp_path / f"kernel-{len(list(tmp_path.glob('kernel-*.py')))}.py"
     file.write_text(script)
-    argv = [str(file), cluster.address, str(head.token_path), str(head.dashboard_url), *args]
-    return script_result(RUN_FILE, argv, env, timeout=timeout, python=str(other_ray_python()))
+    argv = [cluster.address, str(head.token_path), str(head.dashboard_url), *args]
+    return run_in_other_ray(file, argv, other_ray_env(), timeout=timeout)
 
 
 def test_a_kernel_of_another_ray_trains_through_ray_jobs(cluster: raynb.Cluster, tmp_path: Path) -> None:
@@ -161,7 +149,7 @@ def test_the_magics_in_a_jupyter_kernel_of_ray_2_55_1(cluster: raynb.Cluster, tm
 
     from tests.compat.test_upstream_idioms import HF_GUIDE
     from tests.notebook.kernels import STEP, errors, html_of, kernel, run, text, train_workers
-    from tests.other_ray import OTHER_RAY, other_ray_python
+    from tests.other_ray import OTHER_RAY, other_ray_env, other_ray_python
 
     head = cluster.backend.head
 
@@ -170,7 +158,7 @@ def test_the_magics_in_a_jupyter_kernel_of_ray_2_55_1(cluster: raynb.Cluster, tm
         assert not errors(out), text(out)[-4000:]
         return out
 
-    with kernel(env=_other_env(), cwd=str(tmp_path), python=str(other_ray_python())) as (km, kc):
+    with kernel(env=other_ray_env(), cwd=str(tmp_path), python=str(other_ray_python())) as (km, kc):
         up = cell(
             "%load_ext raynb\nimport ray\nprint('kernel Ray', ray.__version__)\n"
             f"%raycluster up --address {cluster.address} --token-file {head.token_path} "

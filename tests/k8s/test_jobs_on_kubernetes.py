@@ -12,17 +12,14 @@ Ray's venv (tests/other_ray.py), not a Jupyter kernel (tests/integration/test_jo
 from __future__ import annotations
 
 import json
-import os
 import platform
 import textwrap
 from pathlib import Path
 
 from conftest import NAME, VALUES
 
-import raynb
 from raynb._cluster import kube_api as kube
 from raynb._cluster import kube_connect
-from tests.integration.fresh_python import script_result
 
 KERNEL = textwrap.dedent("""
     import json, platform, sys
@@ -49,22 +46,17 @@ KERNEL = textwrap.dedent("""
     c.down(progress=said.append)
     print("RESULT " + json.dumps(out))
 """)
-RUN_FILE = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
 
 
 def test_a_kernel_of_another_ray_reaches_a_raycluster_through_ray_jobs(
     head_behind_pods, agent_port: int, clean, shared_volume, tmp_path: Path
 ) -> None:
-    from tests.other_ray import OTHER_RAY, other_ray_python
+    from tests.other_ray import OTHER_RAY, other_ray_env, run_in_other_ray
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "VIRTUAL_ENV"))}
-    env["PYTHONPATH"] = str(Path(raynb.__file__).resolve().parents[1])
-    env["RAYNB_AGENT_PORT"] = str(agent_port)
     script = tmp_path / "kernel.py"
     script.write_text(KERNEL)
-    out = script_result(
-        RUN_FILE, [str(script), VALUES, json.dumps(shared_volume)], env, timeout=420, python=str(other_ray_python())
-    )
+    env = other_ray_env(RAYNB_AGENT_PORT=str(agent_port))
+    out = run_in_other_ray(script, [VALUES, json.dumps(shared_volume)], env, timeout=420)
     reached = out["reached"]
     assert out["kernel"][1] == OTHER_RAY
     assert reached.startswith("through Ray Jobs: kernel ") and f"/ Ray {OTHER_RAY}, cluster " in reached, reached
