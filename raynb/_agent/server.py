@@ -1,13 +1,14 @@
 """The agent's HTTP server: one ``POST /raynb/v1/<op>`` per seam call, JSON in and out (``_shared/wire.py``), each
 call checked against the secret its job carries. It holds a channel per run it was asked about; the runs themselves,
 their launchers and sinks, belong to the cluster (detached actors in the registry) and outlive the agent, so an
-agent started again finds them.
+agent started again finds them. Each run it launches gets a Ray Job of its own (``run_job.py``): the run's driver,
+log and stop button where Ray shows jobs.
 
-It listens on the head node's address as Ray has it (127.0.0.1 for an embedded head, which listens on nothing else;
-``RAYNB_AGENT_HOST`` where the kernel says otherwise: every address of a Kubernetes head pod, which a port-forward
-reaches through its loopback) at ``RAYNB_AGENT_PORT`` (the kernel's ``agent_port``, 8266 unless set: beside the
-dashboard's 8265) where that is free, else on a free port, and says which in
-its log (``LISTENING``), where a kernel reads it through the Jobs API. It ends itself after ``RAYNB_AGENT_IDLE_S``
+It listens where the dashboard does, so a kernel reaches it the way it reaches the dashboard (127.0.0.1 for an
+embedded head, and for a head started by hand with Ray's default dashboard host; ``RAYNB_AGENT_HOST`` where the kernel
+says otherwise: every address of a Kubernetes head pod, which a port-forward reaches through its loopback), at
+``RAYNB_AGENT_PORT`` (the kernel's ``agent_port``, 8266 unless set: beside the dashboard's 8265) where that is free,
+else on a free port, and says which in its log (``LISTENING``), where a kernel reads it through the Jobs API. It ends itself after ``RAYNB_AGENT_IDLE_S``
 without a call while no run goes on."""
 
 from __future__ import annotations
@@ -139,6 +140,31 @@ class Agent:
             cfg["mailbox"] = self._warm(mailbox["raynb_warm"]).token
         self._channel(name).launch(payload, cfg, spec)
         self._follow(name)
+        threading.Thread(target=self.submit_run_job, args=(name,), name=f"raynb-job-{name}", daemon=True).start()
+
+    def submit_run_job(self, name: str) -> str | None:
+        """Give run ``name`` a Ray Job of its own (``run_job.py``: its driver while it goes on, its log, its stop),
+        with this agent's runtime environment less its secret (raynb's package, already on the cluster). The job's
+        id, or None where it could not be submitted -- said in the agent's log; the run goes on without it."""
+        import ray
+        from ray.job_submission import JobSubmissionClient
+
+        from .run_job import ENTRYPOINT, submission_id
+
+        try:
+            own = ray.get_runtime_context().runtime_env
+            env = {k: own[k] for k in ("py_modules", "excludes") if own.get(k)}
+            job_id: str = JobSubmissionClient(f"http://{dashboard()}").submit_job(
+                entrypoint=f"{ENTRYPOINT} {name}",
+                submission_id=submission_id(name),
+                runtime_env=env,
+                metadata={"raynb": "run", "raynb_run": name},
+                entrypoint_num_cpus=0,
+            )
+        except Exception as e:  # noqa: BLE001 - the run does not depend on it
+            print(f"raynb agent: run {name} goes on without a Ray Job of its own: {type(e).__name__}: {e}", flush=True)
+            return None
+        return job_id
 
     def outcome(self, name: str, wait_s: float) -> dict[str, Any]:
         """How the run ended and when, or ``{"ended": False}`` when it goes on after ``wait_s``."""
@@ -175,6 +201,13 @@ class Agent:
         if op not in self.ops:
             raise KeyError(f"raynb's agent has no call {op!r} (the kernel's raynb is another version)")
         return self.ops[op](**args)
+
+
+def dashboard() -> str:
+    """``HOST:PORT`` of the cluster's dashboard, as its head says it ("" without one)."""
+    import ray
+
+    return str(ray._private.worker.global_worker.node.address_info.get("webui_url") or "").split("://")[-1]
 
 
 def _handler(agent: Agent, secret: str) -> type[http.server.BaseHTTPRequestHandler]:
@@ -230,8 +263,9 @@ def main() -> None:
     idle_s = float(os.environ.get("RAYNB_AGENT_IDLE_S", "3600"))
     ray.init(log_to_driver=False)
     agent = Agent()
-    # where the head listens: its node's address (127.0.0.1 for an embedded head, which listens on nothing else)
-    host = os.environ.get(HOST_ENV) or ray.util.get_node_ip_address()
+    # where the dashboard listens, so the agent is reached the way the dashboard is (a head started by hand binds its
+    # dashboard to 127.0.0.1 unless told otherwise, whatever its node's address); else the head node's address
+    host = os.environ.get(HOST_ENV) or dashboard().rpartition(":")[0] or ray.util.get_node_ip_address()
     server = _listen(_handler(agent, secret), host, int(os.environ.get(PORT_ENV, DEFAULT_PORT)))
     server.daemon_threads = True
 

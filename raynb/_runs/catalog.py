@@ -12,13 +12,13 @@ from typing import Any
 
 from .._client import side
 from .._current import resolve_settings
+from .._shared.picture import log_line
 from .._shared.seam import ACTIVE, RunChannel
 from ..display.tables import table
 from ..errors import UsageError, not_connected
 from .journal import recall, remember
 from .run import Run
 from .storage import run_dir
-from .stream import log_line
 
 __all__ = ["runs", "attach", "stop_run", "remove_run", "run_logs", "active_runs", "RunList"]
 

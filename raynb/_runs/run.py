@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from .._client import side
 from .._settings import Settings
+from .._shared.picture import log_line
 from .._shared.run_spec import RunSpec
 from .._shared.seam import RunChannel
 from .._shared.worker_env import launcher_env
@@ -27,7 +28,7 @@ from ..errors import ConnectError, RunAborted, TrainingFailedError, UsageError
 from .journal import remember
 from .metrics_table import metrics_table
 from .run_error import RunError, assemble_error, nccl_hint
-from .stream import MetricStream, log_line
+from .stream import MetricStream
 
 __all__ = ["Run", "RunSpec", "RunStatus", "active_run", "set_active", "TERMINAL"]
 

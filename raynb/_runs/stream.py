@@ -108,11 +108,3 @@ class MetricStream:
                 threading.Thread(
                     target=self.fetch_records, kwargs={"final": True}, name="raynb-records", daemon=True
                 ).start()
-
-
-def log_line(x: dict[str, Any], ranks: bool) -> str:
-    """One line a worker printed, as ``%raytrain logs`` and the Ray Jobs path's echo show it."""
-    prefix = (
-        f"[rank {x['rank']}{', attempt ' + str(x['attempt']) if x.get('attempt', 1) > 1 else ''}] " if ranks else ""
-    )
-    return prefix + x["text"]

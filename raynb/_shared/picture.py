@@ -16,7 +16,7 @@ from typing import Any
 
 from .series import _COUNT_KEYS, Series, _num, pick_key, rate_of
 
-__all__ = ["Aggregate", "Decimated", "loads"]
+__all__ = ["Aggregate", "Decimated", "loads", "log_line"]
 
 Points = list[tuple[float, float]]
 RANK_LINES = 8
@@ -292,3 +292,11 @@ def loads(data: bytes) -> Aggregate:
     """A picture as its sink pickled it, by this raynb or by one from before the move."""
     picture: Aggregate = _Unpickler(io.BytesIO(data)).load()
     return picture
+
+
+def log_line(x: dict[str, Any], ranks: bool) -> str:
+    """One line a worker printed, as ``%raytrain logs``, the Ray Jobs path's echo and a run's own Ray Job show it."""
+    prefix = (
+        f"[rank {x['rank']}{', attempt ' + str(x['attempt']) if x.get('attempt', 1) > 1 else ''}] " if ranks else ""
+    )
+    return prefix + x["text"]

@@ -19,8 +19,9 @@ import raynb
 pytestmark = pytest.mark.journey  # the second test finds the agent the first started
 
 OTHER_RAY_SCRIPT = textwrap.dedent("""
-    import contextlib, io, json, sys, urllib.error, urllib.request
+    import contextlib, io, json, sys, time, urllib.error, urllib.request
     import ray, raynb
+    from ray.job_submission import JobSubmissionClient
     from raynb.errors import ConnectError, VersionMismatchError
 
     def train_fn(config):  # travels as its source: this file is on the kernel's disk only
@@ -59,6 +60,12 @@ OTHER_RAY_SCRIPT = textwrap.dedent("""
         "name": run.name,
         "printed": printed.getvalue(),
     }
+    jobs = JobSubmissionClient(dashboard, headers={"Authorization": "Bearer " + open(token).read().strip()})
+    mine = [j.submission_id for j in jobs.list_jobs() if (j.metadata or {}).get("raynb_run") == run.name]
+    t0 = time.time()
+    while mine and not jobs.get_job_status(mine[0]).is_terminal() and time.time() - t0 < 60:
+        time.sleep(0.5)  # the run's job ends once the run did
+    out["run_job"] = {"ids": mine, "status": jobs.get_job_status(mine[0]).value, "logs": jobs.get_job_logs(mine[0])}
     agent = out["agent"] = raynb.current().status().reached.rsplit(" ", 1)[-1]
     try:
         urllib.request.urlopen(urllib.request.Request(agent + "/raynb/v1/list_runs", data=b"{}", method="POST"))
@@ -88,8 +95,8 @@ def test_a_kernel_of_another_ray_trains_through_ray_jobs(cluster: raynb.Cluster,
     session's 2.58.0 head. Ray Client refuses it -- asked for, or where no dashboard is known -- naming both versions
     and what to install; given the dashboard, raynb reaches the head through Ray Jobs and its agent instead: a run of
     a function in the kernel's file trains on the head's Ray, a failing rank is named with the kernel file's line,
-    what the workers printed and the run list come back, the agent refuses a call without its secret, and ``down``
-    only disconnects."""
+    what the workers printed and the run list come back, the run was a Ray Job of its own (its workers' lines in the
+    job's log, FAILED as the run), the agent refuses a call without its secret, and ``down`` only disconnects."""
     import ray
 
     from tests.other_ray import OTHER_RAY
@@ -115,6 +122,10 @@ def test_a_kernel_of_another_ray_trains_through_ray_jobs(cluster: raynb.Cluster,
     assert f"rank 0 runs Ray {here}" in run["logs"] and f"rank 1 runs Ray {here}" in run["logs"], run["logs"]
     assert (run["name"], "failed") in [tuple(r) for r in run["listed"]]
     assert f"[rank 1] rank 1 runs Ray {here}" in run["printed"], run["printed"]
+    run_job = out["run_job"]
+    assert len(run_job["ids"]) == 1 and run_job["status"] == "FAILED", run_job
+    assert f"[rank 1] rank 1 runs Ray {here}" in run_job["logs"], run_job["logs"]
+    assert f"raynb: run {run['name']} failed: " in run_job["logs"], run_job["logs"]
     assert out["no secret"] == 401
     port = out["agent"].rsplit(":", 1)[-1]
     listening = [
@@ -247,14 +258,21 @@ ATTACHES_AND_STOPS = textwrap.dedent("""
     jobs.stop_job(agent.submission_id)
     while not jobs.get_job_status(agent.submission_id).is_terminal():
         time.sleep(0.2)
+    (run_job,) = [j.submission_id for j in jobs.list_jobs() if (j.metadata or {}).get("raynb_run") == name]
+    driver = jobs.get_job_status(run_job).value  # with the agent gone, the run's own job is its driver
+    listed_mid = {r["name"]: r["status"] for r in raynb.runs().rows}.get(name)  # through a new agent
     t0 = time.time()
-    stopped = raynb.stop_run(name)  # through a new agent, started by this call
+    jobs.stop_job(run_job)  # `ray job stop` on the run's job stops the run
     t1 = time.time()
     ended = run.wait(60)
     t2 = time.time()
+    while not jobs.get_job_status(run_job).is_terminal() and time.time() - t2 < 30:
+        time.sleep(0.2)
     steps = sorted({r["step"] for r in run.records if r["rank"] == 0})
     print("RESULT " + json.dumps({
-        "listed": listed.get(name), "seen_at": seen_at, "stopped": stopped, "ended": ended, "status": run.status,
+        "listed": listed.get(name), "seen_at": seen_at, "ended": ended, "status": run.status,
+        "driver": driver, "listed_mid": listed_mid, "run_job": jobs.get_job_status(run_job).value,
+        "run_job_logs": jobs.get_job_logs(run_job),
         "stop_s": t1 - t0, "wait_s": t2 - t1, "entry": raynb.runs().rows and [r for r in raynb.runs().rows if r["name"] == name],
         "said": said, "agents": sorted(j.status for j in jobs.list_jobs() if (j.metadata or {}).get("raynb") == "agent"),
         "steps": steps, "listed_after": {r["name"]: r["status"] for r in raynb.runs().rows}.get(name),
@@ -267,8 +285,9 @@ def test_a_background_run_outlives_its_kernel_and_another_kernel_attaches_and_st
 ) -> None:
     """Through Ray Jobs as over Ray Client, a run belongs to the cluster: a kernel starts one in the background and
     is killed (SIGKILL); a new kernel finds the agent running (no second one), lists the run as running, attaches --
-    its whole history from step 0, then live. Then the agent's job is stopped under it: the run goes on, and the
-    kernel's next call starts a new agent, through which it stops the run."""
+    its whole history from step 0, then live. Then the agent's job is stopped under it: the run goes on, its own Ray
+    Job still its driver (what a cluster's idle detection counts), and the kernel's next call starts a new agent.
+    ``ray job stop`` on the run's job stops the run."""
     name = "jobs-outlives-its-kernel"
     first = _kernel(STARTS_AND_DIES, cluster, tmp_path, name)
     assert first["status"] == "running" and first["step"] >= 2, first
@@ -276,7 +295,9 @@ def test_a_background_run_outlives_its_kernel_and_another_kernel_attaches_and_st
     second = _kernel(ATTACHES_AND_STOPS, cluster, tmp_path, name, str(first["step"]))
     assert second["listed"] == "running", second
     assert second["seen_at"] >= first["step"] + 3, second
-    assert second["stopped"] == f"stopped run {name}" and second["ended"] and second["status"] == "aborted", str(second)
+    assert second["driver"] == "RUNNING" and second["listed_mid"] == "running", second
+    assert second["ended"] and second["status"] == "aborted", str(second)
+    assert second["run_job"] == "STOPPED" and f"stopping run {name}" in second["run_job_logs"], second
     assert sum("stopped answering" in m for m in second["said"]) == 1, second["said"]  # one thread finds it
     assert second["agents"] == ["RUNNING", "STOPPED"], "one new agent, whichever of the kernel's threads noticed first"
     assert second["steps"][:3] == [0, 1, 2] and second["steps"][-1] >= second["seen_at"] - 1, second["steps"]

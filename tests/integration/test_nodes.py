@@ -3,9 +3,12 @@
 is -- one cluster for every check here, paid once.
 
 - A path written under /tmp on one node is absent on the others; raynb refuses a checkpointing run whose storage is
-  that node-local path before any worker starts; a run that says it never checkpoints trains across nodes.
+  that node-local path before any worker starts.
 - The doctor's storage round trip across two nodes: S3 passes; a /tmp path declared shared fails, naming the node
   that could not read it and the path.
+- A kernel of another Ray (2.55.1, SageMaker Distribution's) reaches this head, which raynb did not start (``ray start
+  --head`` by hand), by its dashboard's address (``http://HOST:PORT``): through Ray Jobs, a run that says it never
+  checkpoints trains across two nodes, the run a Ray Job of its own; ``down`` leaves the cluster running.
 - A whole worker node lost in the middle of a checkpointing run (its raylet and workers killed): with
   ``max_failures=1`` Ray Train starts the group again on the nodes that remain, from the checkpoint on the S3 server;
   the view names the node lost and the step it resumed at; ``run.metrics`` has every step once."""
@@ -56,9 +59,6 @@ SCRIPT = textwrap.dedent("""
         out["refused"] = None
     except UsageError as e:
         out["refused"] = {"what": e.what, "fix": e.fix}
-    run = raynb.train(fn, workers=2, checkpoints=False)
-    out["status"] = run.status
-    out["nodes_trained_on"] = sorted({r["node"][:8] for r in run.metrics.to_dict("records")})
 
     def storage_check():
         (check,) = [c for c in raynb.doctor().checks if c.name == "checkpoint storage"]
@@ -116,11 +116,45 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+OTHER_RAY_KERNEL = textwrap.dedent("""
+    import json, sys, time, ray, raynb
+    from ray.job_submission import JobSubmissionClient
+
+    def fn(config):  # travels as its source: this file is on the kernel's disk only
+        import ray, raynb
+
+        for step in range(3):
+            raynb.report(step=step, loss=1.0 / (step + 1), node=ray.get_runtime_context().get_node_id())
+
+    (dashboard,) = sys.argv[1:]
+    said = []
+    c = raynb.up(address=dashboard, progress=said.append)  # the dashboard's address: Ray Jobs, whatever the versions
+    run = raynb.train(fn, workers=2, checkpoints=False, display=False)
+    jobs = JobSubmissionClient(dashboard)
+    (job,) = [j.submission_id for j in jobs.list_jobs() if (j.metadata or {}).get("raynb_run") == run.name]
+    t0 = time.time()
+    while not jobs.get_job_status(job).is_terminal() and time.time() - t0 < 60:
+        time.sleep(0.5)
+    out = {"ray": ray.__version__, "status": c.status().text(), "run": run.status, "error": str(run.error),
+           "nodes": sorted({r["node"] for r in run.records}), "run_job": jobs.get_job_status(job).value}
+    c.down(progress=said.append)
+    out["said"] = said
+    print("RESULT " + json.dumps(out))
+""")
+
+
 def test_nodes_with_disks_of_their_own_and_one_lost_mid_run(tmp_path: Path) -> None:
     if weed_binary() is None:
         pytest.skip("SeaweedFS is not built: `bash tests/s3/build.sh` (make test builds it)")
     # the S3 credentials (tests/conftest.py) are in the environment every Ray node inherits, as a pod's role would be
-    with s3_server(tmp_path / "s3") as s3, ray_nodes(workers=2, cpus=1) as nodes:
+    from tests.other_ray import OTHER_RAY, other_ray_env, run_in_other_ray
+
+    with s3_server(tmp_path / "s3") as s3, ray_nodes(workers=2, cpus=1, dashboard=True) as nodes:
+        assert nodes.dashboard_url
+        kernel = tmp_path / "other_ray_kernel.py"
+        kernel.write_text(OTHER_RAY_KERNEL)
+        env = other_ray_env(RAYNB_HOME=str(tmp_path / "home"))
+        other = run_in_other_ray(kernel, [nodes.dashboard_url], env, timeout=300)
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
         env["RAYNB_HOME"] = str(tmp_path / "home")
         worker_dirs = list(nodes.temp_dirs[1:])
@@ -128,13 +162,18 @@ def test_nodes_with_disks_of_their_own_and_one_lost_mid_run(tmp_path: Path) -> N
         checkpoint = out["checkpoint"]
         assert checkpoint and checkpoint.startswith("raynb/runs/node-loss/checkpoint_"), out  # on the S3 server
         assert s3.filesystem().get_file_info(f"{checkpoint}/state.json").size > 0
+    # the other Ray's kernel, through Ray Jobs, on a head started by hand
+    assert other["ray"] == OTHER_RAY and "through Ray Jobs: kernel" in other["status"], other
+    # a run that says it never checkpoints trains across nodes (a rank on each of two)
+    assert other["run"] == "succeeded" and len(other["nodes"]) == 2, other
+    assert other["run_job"] == "SUCCEEDED", other
+    assert other["said"][-1].endswith("raynb did not start that cluster, so it keeps running"), other["said"]
+
     assert out["nodes"] == 3
     assert out["written"] is True and out["seen_on_head"] is False, "each node has its own /tmp"
     refused = out["refused"]
     assert refused is not None and "This cluster has 3 nodes" in refused["what"], out
     assert "--checkpoints false" in refused["fix"]
-    assert out["status"] == "succeeded", out
-    assert len(out["nodes_trained_on"]) == 2, f"one rank on each of two nodes: {out['nodes_trained_on']}"
 
     s3_check, tmp_check = out["doctor_s3"], out["doctor_tmp"]
     assert s3_check["state"] == "ok" and "read back on a worker node and the head" in s3_check["detail"], s3_check
