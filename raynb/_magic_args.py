@@ -73,6 +73,8 @@ def train_parser() -> _Parser:
     add_flag(p, "strict_efa")
     add_flag(p, "max_failures")
     add_flag(p, "checkpoints")
+    add_flag(p, "total_steps")
+    add_flag(p, "on_stall")
     return p
 
 

@@ -35,6 +35,7 @@ __all__ = [
 ENV_PREFIX = "RAYNB_"
 NcclMode = Literal["summary", "full", "off"]
 ConnectVia = Literal["auto", "client", "jobs"]
+OnStall = Literal["warn", "stop"]
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 
 
@@ -124,6 +125,26 @@ class Settings:
         0,
         "restarts after a worker fails (Ray Train's FailureConfig); the cell resumes with ray.train.get_checkpoint()",
         "--max-failures",
+    )
+    total_steps: int | None = option(
+        None,
+        "the run's total steps: a progress bar, the time left and the cost to finish (without it: the run's own "
+        "raynb.report(total=N), or Hugging Face Trainer's max_steps, read by itself)",
+        "--steps",
+    )
+    stall_factor: float = option(
+        10.0,
+        "a run none of whose ranks makes a new step for this many times its recent step time (and at least "
+        "stall_min_s) is called stalled",
+    )
+    stall_min_s: float = option(
+        300.0, "the least quiet time called a stall: room for compiles, evaluations and checkpoints between steps"
+    )
+    on_stall: OnStall = option(
+        "warn",
+        "what a stalled run does: warn (the view and `%raytrain ls` say so, with each rank's last report) or stop "
+        "(the cluster ends it, saying why; no kernel needs to be there)",
+        "--on-stall",
     )
     storage_path: str | None = option(None, "where Ray Train keeps run state and checkpoints (default ~/ray_results)")
     shared_mount_path: str | None = option(

@@ -15,7 +15,7 @@ import threading
 from typing import Any
 
 from .._client import cluster_side as side
-from .._shared.picture import log_line
+from .._client.run_channel import echo_logs
 
 __all__ = ["main", "ENTRYPOINT", "submission_id"]
 
@@ -27,21 +27,6 @@ def submission_id(name: str) -> str:
     """The run's job id: its name and a tag (a run's name may be given again once the run is removed; a job's id
     never is)."""
     return f"raynb-run-{name}-{os.urandom(3).hex()}"
-
-
-def _echo(channel: Any, ended: threading.Event) -> None:
-    """What the workers print, into this job's log, until the run ends (then what is left)."""
-    after = 0
-    while True:
-        last = ended.is_set()
-        try:
-            after, lines, _dropped = channel.logs(after, None, None, timeout=0.0 if last else 5.0)
-        except Exception:  # noqa: BLE001 - the sink went with the run
-            return
-        for x in lines:
-            print(log_line(x, ranks=True), flush=True)
-        if last:
-            return
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, stop)
     print(f"raynb: run {name} (this job is its driver while it goes on; `%raytrain attach {name}` follows it)")
     ended = threading.Event()
-    echo = threading.Thread(target=_echo, args=(channel, ended), name="raynb-run-echo", daemon=True)
+    echo = threading.Thread(target=echo_logs, args=(channel, ended.is_set), name="raynb-run-echo", daemon=True)
     echo.start()
     outcome, _at = channel.outcome()
     ended.set()

@@ -69,6 +69,7 @@ class Agent:
                 version, events_seen, timeout_s
             ),
             "records": lambda name, cursor, chunk: self._channel(name).records(cursor, chunk),
+            "watch": lambda name, total, factor, min_s: self._channel(name).watch(total, factor, min_s),
             "logs": lambda name, after, rank, tail, timeout_s=None: self._channel(name).logs(
                 after, rank, tail, timeout_s
             ),

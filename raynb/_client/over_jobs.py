@@ -211,6 +211,9 @@ class JobsRunChannel:
     def records(self, cursor: int, chunk: int) -> list[dict[str, Any]]:
         return list(self.side.call("records", name=self.name, cursor=cursor, chunk=chunk))
 
+    def watch(self, total: float | None, factor: float, min_s: float) -> dict[str, Any]:
+        return dict(self.side.call("watch", name=self.name, total=total, factor=factor, min_s=min_s))
+
     def logs(
         self, after: int, rank: int | None, tail: int | None, timeout: float | None = None
     ) -> tuple[int, list[dict[str, Any]], int]:

@@ -5,9 +5,28 @@ run goes through a :class:`RunChannel`; what crosses is plain data (dicts, lists
 from __future__ import annotations
 
 import contextlib
+import time
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["RunChannel"]
+from .._shared.picture import log_line
+
+__all__ = ["RunChannel", "echo_logs"]
+
+
+def echo_logs(channel: Any, ended: Callable[[], bool]) -> None:
+    """Print what the run's ranks print, from its history (the sink), until ``ended()`` -- then what came last. Where
+    the workers' output has no other way: a kernel on the Ray Jobs path, a run's own Ray Job."""
+    seq, last = 0, False
+    while not last:
+        last = ended()
+        try:
+            seq, lines, _ = channel.logs(seq, None, None, timeout=None if last else 1.0)
+        except Exception:  # noqa: BLE001 - the cluster does not answer now (or the sink went with the run)
+            time.sleep(1.0)
+            continue
+        for x in lines:
+            print(log_line(x, True), flush=True)
 
 
 class RunChannel:
@@ -70,6 +89,13 @@ class RunChannel:
 
         _cursor, recs, _ = ray.get(self.sink.read.remote(cursor, 1 << 62, 0.0, chunk))
         return list(recs)
+
+    def watch(self, total: float | None, factor: float, min_s: float) -> dict[str, Any]:
+        """How far the run is and its stall verdict, with each rank's last printed line."""
+        import ray
+
+        found: dict[str, Any] = ray.get(self.sink.watch.remote(total, factor, min_s), timeout=10)
+        return found
 
     def logs(
         self, after: int, rank: int | None, tail: int | None, timeout: float | None = None

@@ -18,7 +18,10 @@ from typing import Any
 
 from .._shared.seam import ACTIVE, KEEP_FINISHED
 
-__all__ = ["RunRegistry"]
+__all__ = ["RunRegistry", "STALL_CHECK_S"]
+
+#: how often the registry looks for stalled runs that asked to be stopped (``on_stall="stop"``)
+STALL_CHECK_S = 5.0
 
 
 class RunRegistry:
@@ -29,6 +32,8 @@ class RunRegistry:
         self._runs: dict[str, dict[str, Any]] = {}
         self._handles: dict[str, tuple[Any, Any]] = {}
         self._changed: dict[str, asyncio.Event] = {}
+        self._guard: asyncio.Task[None] | None = None  # stops the stalled runs that asked for it (on_stall="stop")
+        self._stalled: set[str] = set()  # runs the guard found stalled at its last look
 
     async def register(self, name: str, info: dict[str, Any], launcher: Any, sink: Any) -> dict[str, Any] | None:
         """Record a new run; returns the existing run's info instead if a run of that name is going on. A finished
@@ -41,7 +46,36 @@ class RunRegistry:
         self._handles[name] = (launcher, sink)
         self._changed[name] = asyncio.Event()
         await self._forget_old()
+        if self._guard is None:
+            self._guard = asyncio.get_running_loop().create_task(self._stop_stalled())
         return None
+
+    async def _watch(self, name: str) -> dict[str, Any] | None:
+        """The run's progress and stall verdict by its own settings (None: its sink does not answer)."""
+        spec = self._runs[name].get("spec") or {}
+        args = (spec.get("total_steps"), spec.get("stall_factor", 10.0), spec.get("stall_min_s", 300.0))
+        try:
+            found: dict[str, Any] = await asyncio.wait_for(self._handles[name][1].watch.remote(*args), 5)
+        except Exception:  # noqa: BLE001 - a sink lost with its node, or one of an earlier raynb
+            return None
+        return found
+
+    async def _stop_stalled(self) -> None:
+        """Every ``STALL_CHECK_S``, stop each running run that asked for it and is found stalled twice in a row (a
+        verdict that holds one more look) -- here, on the cluster, so no kernel needs to be there."""
+        while True:
+            await asyncio.sleep(STALL_CHECK_S)
+            for name, run in list(self._runs.items()):
+                if run["status"] not in ACTIVE or (run.get("spec") or {}).get("on_stall") != "stop":
+                    continue
+                watched = await self._watch(name)
+                if not (watched and watched["stall"]):
+                    self._stalled.discard(name)
+                elif name not in self._stalled:  # seen once: the kernels' views say so until the next look
+                    self._stalled.add(name)
+                else:
+                    why = "stalled, stopped by raynb (on_stall=stop): " + watched["stall"]["text"]
+                    await self.stop(name, int(watched["progress"]["done"]), reason=why)
 
     async def finished(self, name: str, outcome: dict[str, Any]) -> None:
         """Called by the run's launcher when ``fit()`` returns (with or without a kernel listening)."""
@@ -53,14 +87,15 @@ class RunRegistry:
         launcher = self._handles[name][0]
         asyncio.get_running_loop().call_later(10.0, _kill, launcher)  # fit() returns now; then its process goes
 
-    async def stop(self, name: str, step: int | None = None) -> dict[str, Any] | None:
+    async def stop(self, name: str, step: int | None = None, reason: str | None = None) -> dict[str, Any] | None:
         """Stop a running run: killing its launcher takes Train's controller and workers with it."""
         run = self._runs.get(name)
         if run is None:
             return None
         if run["status"] in ACTIVE:
             _kill(self._handles[name][0])
-            run.update(status="aborted", ended=time.time(), outcome={"status": "aborted", "step": step})
+            outcome = {"status": "aborted", "step": step, **({"reason": reason} if reason else {})}
+            run.update(status="aborted", ended=time.time(), outcome=outcome)
             self._changed[name].set()
         return run
 
@@ -112,6 +147,9 @@ class RunRegistry:
                 row.update(await asyncio.wait_for(sink.summary.remote(), 5))
             except Exception:  # noqa: BLE001 - a sink lost with its node: the row still says what is known
                 pass
+            row.update((await self._watch(name)) or {})
+            if run["status"] not in ACTIVE:
+                row["stall"], row["why"] = None, (run.get("outcome") or {}).get("reason")
             out.append(row)
         return out
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import itertools
 import json
 import os
 import pickle
@@ -19,6 +20,7 @@ import time
 from typing import Any
 
 from .._shared.picture import Aggregate
+from .._shared.progress import progress, stall
 from .detached import exit_unless_claimed, yield_cpu_to_training
 
 __all__ = ["MetricsSink"]
@@ -139,6 +141,19 @@ class MetricsSink:
             lines = lines[-tail:] if tail > 0 else []
         dropped = self._logs[0]["seq"] - 1 if self._logs else 0
         return self._log_seq, lines, dropped
+
+    async def watch(self, total: float | None, factor: float, min_s: float) -> dict[str, Any]:
+        """How far the run is and, when it looks stuck, the stall verdict with each rank's last printed line
+        (``_shared/progress.py``; ``total``, ``factor``, ``min_s``: the run's own settings, which the registry holds)."""
+        now = time.time()
+        out: dict[str, Any] = {"progress": progress(self._picture, total=total, now=now).as_dict(), "stall": None}
+        verdict = stall(self._picture, now, factor=factor, min_s=min_s)
+        if verdict is not None:
+            last: dict[int, str] = {}
+            for x in itertools.islice(reversed(self._logs), 5000):
+                last.setdefault(x["rank"], x["text"][-200:])
+            out["stall"] = {**verdict.as_dict(), "text": verdict.text(), "last_lines": last}
+        return out
 
     async def summary(self) -> dict[str, Any]:
         return {

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._shared.cell_code import build, is_packed
+from . import framework_hooks
 from . import report as metrics
 from .gpu_sampler import GpuSampler
 
@@ -185,6 +186,7 @@ def run_on_worker(payload: bytes, config: dict[str, Any], sink: Any, info: dict[
     rep = metrics.Reporter(sink, rank, flush_interval=info.get("flush_interval", 0.1), gpu=sampler)
     metrics._set_reporter(rep)
     restore = _patch_train_report(rep, fast=info.get("fast_train_report", True))
+    unhook = framework_hooks.install(rep.add_sample)
     real_out, real_err = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = _Tee(real_out, "stdout", rep), _Tee(real_err, "stderr", rep)
     cwd = info.get("cwd")
@@ -230,6 +232,7 @@ def run_on_worker(payload: bytes, config: dict[str, Any], sink: Any, info: dict[
     finally:
         _untee(real_out, real_err)
         restore()
+        unhook()
         metrics._set_reporter(None)
 
 

@@ -46,6 +46,20 @@ def _ago(t: float | None, now: float) -> str:
     return f"{s} s ago" if s < 120 else f"{s // 60} min ago" if s < 7200 else f"{s // 3600} h ago"
 
 
+def _status(row: dict[str, Any]) -> str:
+    """``running``, ``running, STALLED for 6 min`` (no new step for that long), ``aborted (stalled, stopped by
+    raynb)``."""
+    if row.get("stall"):
+        return f"{row['status']}, STALLED for {_ago(time.time() - row['stall']['quiet_s'], time.time())[:-4]}"
+    return f"{row['status']} ({row['why'].split(':')[0]})" if row.get("why") else row["status"]
+
+
+def _step(row: dict[str, Any]) -> str:
+    """``120``, or ``120 of 200 (60%)`` where the run's total is known."""
+    step, done = str(row.get("step", 0)), row.get("progress") or {}
+    return f"{step} of {done['total']:,.0f} ({done['fraction']:.0%})" if done.get("total") else step
+
+
 @dataclass
 class RunList:
     """The runs on the cluster, newest first; a table in notebooks and terminals, rows in ``.rows``."""
@@ -57,8 +71,8 @@ class RunList:
         return [
             (
                 r["name"],
-                r["status"],
-                str(r.get("step", 0)),
+                _status(r),
+                _step(r),
                 f"{r['spec']['workers']}{' GPU' if r['spec']['gpu'] else ''}",
                 _dt.datetime.fromtimestamp(r["started"]).strftime("%Y-%m-%d %H:%M:%S"),
                 _ago(r.get("last_report"), now),

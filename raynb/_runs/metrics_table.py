@@ -14,6 +14,8 @@ def metrics_table(records: list[dict[str, Any]], started_at: float | None) -> An
     import pandas as pd
 
     df = pd.DataFrame.from_records(records)
+    if "kind" in df:  # a framework's progress samples: in run.progress, not rows of their own
+        df = df[df["kind"] != "progress"]
     if df.empty:
         return pd.DataFrame(columns=FIRST)
     if "attempt" in df and df["attempt"].nunique() > 1:

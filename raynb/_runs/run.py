@@ -19,15 +19,16 @@ from collections.abc import Callable, Generator
 from typing import Any, Literal
 
 from .._client import side
+from .._client.run_channel import echo_logs
 from .._settings import Settings
-from .._shared.picture import log_line
+from .._shared.progress import Progress
 from .._shared.run_spec import RunSpec
 from .._shared.seam import RunChannel
 from .._shared.worker_env import launcher_env
-from ..errors import ConnectError, RunAborted, TrainingFailedError, UsageError
+from ..errors import UsageError
 from .journal import remember
 from .metrics_table import metrics_table
-from .run_error import RunError, assemble_error, nccl_hint
+from .run_error import RunError, assemble_error, nccl_hint, raise_unless_succeeded
 from .stream import MetricStream
 
 __all__ = ["Run", "RunSpec", "RunStatus", "active_run", "set_active", "TERMINAL"]
@@ -67,6 +68,8 @@ class Run:
         self._ended = threading.Event()  # ... and this object has its final state
         self._lost_connection = False
         self.aborted_at_step: int | None = None
+        self.aborted_why: str | None = None  # the cluster stopped it (``on_stall="stop"``): why
+        self._stall_seen: tuple[float, dict[str, Any] | None] = (-1e9, None)  # when the cluster was last asked
         self._fit_outcome: dict[str, Any] | None = None
         self._fit_exc: BaseException | None = None
         #: read every record into this kernel when the run ends (a run started here); an attached run's records
@@ -122,6 +125,29 @@ class Run:
     def step(self) -> int:
         return int(self._summary.get("step", 0))
 
+    @property
+    def progress(self) -> Progress:
+        """How far the run is (``done``, ``total``, ``fraction``, ``steps_per_s``, ``left_s``: an estimate; ``.as_dict()``)."""
+        from ..display.run_view import progress_of
+
+        return progress_of(self)
+
+    @property
+    def stall(self) -> dict[str, Any] | None:
+        """Why the run looks stuck -- ``text``, ``quiet_s``, each rank's last report and ``last_lines`` (what it last
+        printed), as the cluster sees it now (asked at most every 5 s) -- or None while it moves, or once it ended."""
+        from ..display.run_view import stall_of
+
+        if self._channel is None or stall_of(self) is None:
+            return None
+        at, found = self._stall_seen
+        if time.monotonic() - at > 5.0:
+            spec = self.spec
+            with contextlib.suppress(Exception):  # the cluster does not answer now: what it said last
+                found = self._channel.watch(spec.total_steps, spec.stall_factor, spec.stall_min_s)["stall"]
+            self._stall_seen = (time.monotonic(), found)
+        return found
+
     def rate(self, key: str = "tokens", *, skip_steps: int | None = None) -> float:
         """Steady-state throughput of a reported count (``tokens``, ``samples``): the sum over ranks per second of
         wall time, after the first ``skip_steps`` steps (default: a tenth of the run) — compile, warm-up and
@@ -171,25 +197,7 @@ class Run:
 
     def raise_for_status(self) -> Run:
         """Raise :class:`TrainingFailedError` / :class:`RunAborted` unless the run succeeded."""
-        if self.status == "failed":
-            err = self.error
-            nccl = bool(err and "NCCL on rank" in err.detail)
-            raise TrainingFailedError(
-                str(err) if err else "The run failed.",
-                run=self,
-                fix="the NCCL note above says what is missing; %raycluster doctor checks the cluster's side"
-                if nccl
-                else "fix the cell and run it again; run.metrics holds what was reported.",
-            )
-        if self.status == "aborted":
-            raise RunAborted(f"Run {self.name} aborted at step {self.step}; its workers were stopped.", run=self)
-        if self.status == "detached":
-            raise ConnectError(
-                f"This kernel lost its connection to the cluster at step {self.step} of run {self.name}; the run "
-                "goes on there.",
-                fix=f"reconnect (`%raycluster up` with the same values reuses the cluster), then `%raytrain attach "
-                f"{self.name}`.",
-            )
+        raise_unless_succeeded(self)
         return self
 
     def __repr__(self) -> str:
@@ -243,21 +251,9 @@ class Run:
         self.stream = MetricStream(self._channel, min_gap=self.settings.poll_gap_s).start()
         threading.Thread(target=self._watch_fit, name="raynb-fit-watch", daemon=True).start()
         if side().via != "client":  # Ray Client streams what workers print; through Ray Jobs raynb does
-            threading.Thread(target=self._echo_output, name="raynb-echo", daemon=True).start()
-
-    def _echo_output(self) -> None:
-        """Print what the ranks print, from the run's history, until the run ends (and what came last)."""
-        assert self._channel is not None
-        seq, last = 0, False
-        while not last:
-            last = self._done.is_set()
-            try:
-                seq, lines, _ = self._channel.logs(seq, None, None, timeout=None if last else 1.0)
-            except Exception:  # noqa: BLE001 - the cluster does not answer now; the run's end says more
-                time.sleep(1.0)
-                continue
-            for x in lines:
-                print(log_line(x, True), flush=True)
+            echo = threading.Thread(target=echo_logs, args=(self._channel, self._done.is_set), name="raynb-echo")
+            echo.daemon = True
+            echo.start()
 
     @classmethod
     def _attached(cls, info: dict[str, Any], channel: RunChannel, settings: Settings) -> Run:
@@ -342,7 +338,7 @@ class Run:
             self.status = "detached"
         elif out is not None and out["status"] == "aborted":  # stopped from another kernel
             self.status = "aborted"
-            self.aborted_at_step = self.step
+            self.aborted_at_step, self.aborted_why = self.step, out.get("reason")
         elif out is None or out["status"] == "failed":
             self.status = "failed"
             self.error = assemble_error(

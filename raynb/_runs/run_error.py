@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["RunError", "ranks_text", "assemble_error", "nccl_hint"]
+__all__ = ["RunError", "ranks_text", "assemble_error", "nccl_hint", "raise_unless_succeeded"]
 
 
 @dataclass
@@ -99,3 +99,30 @@ def format_frames(frames: list[dict[str, Any]], cell_file: str | None, cell_sour
         if text:
             lines.append(f"    {text}")
     return lines
+
+
+def raise_unless_succeeded(run: Any) -> None:
+    """Raise :class:`TrainingFailedError` / :class:`RunAborted` / :class:`ConnectError` for a run that did not
+    succeed: what went wrong and the next step."""
+    from ..errors import ConnectError, RunAborted, TrainingFailedError
+
+    if run.status == "failed":
+        err = run.error
+        nccl = bool(err and "NCCL on rank" in err.detail)
+        raise TrainingFailedError(
+            str(err) if err else "The run failed.",
+            run=run,
+            fix="the NCCL note above says what is missing; %raycluster doctor checks the cluster's side"
+            if nccl
+            else "fix the cell and run it again; run.metrics holds what was reported.",
+        )
+    if run.status == "aborted":
+        why = f" ({run.aborted_why})" if run.aborted_why else ""
+        raise RunAborted(f"Run {run.name} aborted at step {run.step}{why}; its workers were stopped.", run=run)
+    if run.status == "detached":
+        raise ConnectError(
+            f"This kernel lost its connection to the cluster at step {run.step} of run {run.name}; the run "
+            "goes on there.",
+            fix=f"reconnect (`%raycluster up` with the same values reuses the cluster), then `%raytrain attach "
+            f"{run.name}`.",
+        )

@@ -159,6 +159,10 @@ def _start_payload(
         leases_dir=leases_dir,
         max_failures=max_failures,
         usd_per_hour=_usd_per_hour(),
+        total_steps=settings.total_steps,
+        stall_factor=settings.stall_factor,
+        stall_min_s=settings.stall_min_s,
+        on_stall=settings.on_stall,
     )
     run = Run(spec, settings)
     run._rerun = lambda **changes: _rerun(run, payload, ray_objects, **changes)
@@ -304,6 +308,8 @@ def train(
     strict_efa: bool | None = None,
     max_failures: int | None = None,
     checkpoints: bool | None = None,
+    total_steps: int | None = None,
+    on_stall: str | None = None,
     display: bool | str | None = None,
     settings: Settings | None = None,
     cell_file: str | None = None,
@@ -332,7 +338,11 @@ def train(
     Returns the :class:`Run` (``status``, ``metrics``, ``error``) once it has succeeded or failed; call
     ``run.raise_for_status()`` (or pass ``raise_on_failure=True``) to turn a failure into an exception. An interrupt (Ctrl-C, the notebook's stop
     button) stops the workers and raises :class:`~raynb.errors.RunAborted`. On a cluster of several nodes whose storage
-    is one node's disk, a run is refused before it starts unless ``checkpoints=False`` (it never saves any). ``display``: None picks HTML in
+    is one node's disk, a run is refused before it starts unless ``checkpoints=False`` (it never saves any).
+    ``total_steps=N`` (or ``raynb.report(total=N)`` from the run, or Hugging Face Trainer's own ``max_steps``) gives the
+    view a progress bar, the time left and the cost to finish (``run.progress``); a run none of whose ranks makes a
+    new step for ``stall_factor`` times its recent step time (at least ``stall_min_s``) is called stalled, and
+    ``on_stall="stop"`` has the cluster end it. ``display``: None picks HTML in
     notebooks and a text line in terminals; False shows nothing.
     """
     shape = shape_of(scaling_config, workers=workers, gpu=gpu, cpus_per_worker=cpus_per_worker)
@@ -344,6 +354,8 @@ def train(
         "strict_efa": strict_efa,
         "max_failures": max_failures,
         "checkpoints": checkpoints,
+        "total_steps": total_steps,
+        "on_stall": on_stall,
     }
     flags |= shape
     settings = resolve_settings(flags) if settings is None else overlay(settings, flags)

@@ -11,6 +11,7 @@ slow rank may lag that far) and then folded into a decimated series. Per-rank li
 from __future__ import annotations
 
 import io
+import math
 import pickle
 from typing import Any
 
@@ -99,6 +100,8 @@ class _PerStep:
 
 #: GPU utilisation (NVML, %) under which a rank counts as idle, and the others' median that counts as busy
 LOW_UTIL, BUSY_UTIL = 30.0, 60.0
+#: the step advances kept for the recent pace (at least this many), and each rank's GPU samples (1 a second)
+ADVANCES_KEPT, GPU_SAMPLES_KEPT = 64, 600
 
 
 class Aggregate:
@@ -129,6 +132,20 @@ class Aggregate:
         self._low_since: dict[int, float] = {}
         #: the model's training FLOPs per token, when the run reports it (``flops_per_token=``): MFU from tokens/s
         self.flops_per_token: float | None = None
+        # how far the run is (``_shared/progress.py``): the total it reported (``total=``), the first step it reported
+        # (0 or 1: how steps count), the newest step of the newest segment and (worker time, step) each time it grew
+        self.total: float | None = None
+        self.first_step: float | None = None
+        self.top_step = -math.inf
+        self.advances: list[tuple[float, float]] = []
+        #: per rank, (time, step) of its latest report; per rank, its GPU's recent (time, utilisation) samples
+        self.last_seen: dict[int, tuple[float, float]] = {}
+        self.gpu_recent: dict[int, list[tuple[float, float]]] = {}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """A picture pickled by a sink of an earlier raynb lacks what came later: those start empty."""
+        self.__init__()  # type: ignore[misc]
+        self.__dict__.update(state)
 
     def update(self, records: list[dict[str, Any]]) -> Aggregate:
         """Consume what is new in a list that only grows."""
@@ -140,6 +157,11 @@ class Aggregate:
         for r in records:
             if r.get("kind") == "gpu":  # a GPU sample, not a step
                 self._add_gpu(r)
+                continue
+            if r.get("kind") == "progress":  # the framework's own step count and total (_remote/framework_hooks.py)
+                if self.first_step is None:
+                    self.first_step = 1.0  # it counts steps done
+                self._progress(r, int(r.get("rank", 0)), float(r.get("at_step") or 0), _num(r.get("time")))
                 continue
             self.records += 1
             rank = int(r.get("rank", 0))
@@ -162,10 +184,8 @@ class Aggregate:
             if self.key is not None:
                 self._add_metric(r)
             # a restart or a new warm cell starts a segment: the pause before it is not a step
-            segment = (attempt, int(r.get("cell") or 0))
-            if self._segment.get(rank) != segment:
-                self._segment[rank], self._newest = segment, max(self._newest, segment)
-                self._prev_t.pop(rank, None)
+            segment = self._segment_of(r, rank)
+            self._progress(r, rank, step, t)
             count = next((v for k, _u in _COUNT_KEYS if (v := _num(r.get(k))) is not None), None)
             if count is not None and t is not None:
                 acc_c = self._counts.setdefault(step, [0.0, 0.0, 0, segment])
@@ -184,8 +204,38 @@ class Aggregate:
                 self._total.add(step, rate, len(self.tput_ranks))
         return self
 
+    def _segment_of(self, r: dict[str, Any], rank: int) -> tuple[int, int]:
+        """The record's (attempt, warm cell); a rank's first record of a newer one starts its segment, and the run's
+        steps (and their pace) start again with the newest."""
+        segment = (int(r.get("attempt") or 1), int(r.get("cell") or 0))
+        if self._segment.get(rank) != segment:
+            if segment > self._newest:
+                self.top_step, self.advances = -math.inf, []
+            self._segment[rank], self._newest = segment, max(self._newest, segment)
+            self._prev_t.pop(rank, None)
+        return segment
+
+    def _progress(self, r: dict[str, Any], rank: int, step: float, t: float | None) -> None:
+        if self.first_step is None:
+            self.first_step = step
+        if (total := _num(r.get("total"))) is not None:
+            self.total = total
+        if t is None:
+            return
+        self.last_seen[rank] = (t, step)
+        if self._segment_of(r, rank) == self._newest and step > self.top_step:
+            self.top_step = step
+            self.advances.append((t, step))
+            if len(self.advances) > 2 * ADVANCES_KEPT:
+                del self.advances[:ADVANCES_KEPT]
+
     def _add_gpu(self, r: dict[str, Any]) -> None:
         rank, t, util = int(r.get("rank", 0)), _num(r.get("time")) or 0.0, _num(r.get("gpu_util"))
+        if util is not None:
+            recent = self.gpu_recent.setdefault(rank, [])
+            recent.append((t, util))
+            if len(recent) > 2 * GPU_SAMPLES_KEPT:
+                del recent[:GPU_SAMPLES_KEPT]
         self.gpu[rank] = {
             k: r.get(k) for k in ("gpu_util", "gpu_mem_gb", "gpu_mem_total_gb", "gpu_power_w", "gpu_name", "time")
         }

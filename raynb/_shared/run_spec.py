@@ -34,6 +34,12 @@ class RunSpec:
     max_failures: int = 0
     #: what the cluster's GPU nodes cost per hour while the run holds them (None: the embedded cluster, no price)
     usd_per_hour: float | None = None
+    #: the run's total steps as the notebook gave them (None: the run may report its own)
+    total_steps: int | None = None
+    #: when a quiet run counts as stalled, and what then: warn or stop (``_shared/progress.stall``)
+    stall_factor: float = 10.0
+    stall_min_s: float = 300.0
+    on_stall: str = "warn"
 
     def summary(self) -> dict[str, Any]:
         """What a kernel that attaches later needs (Ray's objects stay behind: datasets can be large)."""

@@ -69,6 +69,10 @@ class RunChannel(Protocol):
 
     def records(self, cursor: int, chunk: int) -> list[dict[str, Any]]: ...
 
+    def watch(self, total: float | None, factor: float, min_s: float) -> dict[str, Any]:
+        """How far the run is and its stall verdict, with each rank's last printed line (``_shared/progress.py``)."""
+        ...
+
     def logs(
         self, after: int, rank: int | None, tail: int | None, timeout: float | None = None
     ) -> tuple[int, list[dict[str, Any]], int]:

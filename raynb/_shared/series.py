@@ -27,7 +27,8 @@ _RATE_KEYS = (("tokens_per_s", "tokens/s"), ("samples_per_s", "samples/s"), ("th
 _COUNT_KEYS = (("tokens", "tokens/s"), ("samples", "samples/s"))
 #: Reported keys that are bookkeeping or counts, never the curve to plot.
 _NOT_PLOTTED = {
-    "rank", "step", "time", "samples", "tokens", "samples_per_s", "tokens_per_s", "throughput", "epoch", "flops_per_token"
+    "rank", "step", "time", "samples", "tokens", "samples_per_s", "tokens_per_s", "throughput", "epoch", "flops_per_token",
+    "total",
 }  # fmt: skip
 
 

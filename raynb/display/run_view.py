@@ -5,18 +5,20 @@ from __future__ import annotations
 
 import html
 import math
+import time
 import weakref
 from typing import TYPE_CHECKING, Any
 
 from .._shared import series as S
 from .._shared.cost import PRICE_BASIS, usd
 from .._shared.picture import RANK_LINES, Aggregate
+from .._shared.progress import PACE_STEPS, Progress, Stall, progress, stall
 from .svg import line_chart
 
 if TYPE_CHECKING:
     from .viewed_run import ViewedRun
 
-__all__ = ["run_html", "run_text", "clock", "aggregate_of"]
+__all__ = ["run_html", "run_text", "clock", "aggregate_of", "progress_of", "stall_of"]
 
 _PHASE_COLORS = {
     "starting workers": "#6c757d",
@@ -40,8 +42,8 @@ def _status_text(run: ViewedRun) -> str:
     if run.attempt > 1:  # Ray Train restarted the workers after a failure (max_failures)
         return f"{phase}, attempt {run.attempt} of {run.spec.max_failures + 1} ({_restart_text(run)})"
     if phase == "aborted":
-        at = getattr(run, "aborted_at_step", None)
-        return f"aborted at step {run.step if at is None else at}"
+        at, why = getattr(run, "aborted_at_step", None), getattr(run, "aborted_why", None)
+        return f"aborted at step {run.step if at is None else at}" + (f" ({why})" if why else "")
     if phase == "detached":
         return "connection lost: the run goes on on the cluster"
     return phase
@@ -189,10 +191,69 @@ def _cost_text(run: ViewedRun) -> str | None:
     return f"≈ {usd(rate * run.elapsed / 3600)}{'' if _finished(run) else ' so far'} at {usd(rate)}/h"
 
 
+def progress_of(run: ViewedRun) -> Progress:
+    """How far the run is: its total from ``--steps``, else as it reported it; the time left counts down while it
+    runs."""
+    return progress(aggregate_of(run), total=run.spec.total_steps, now=None if _finished(run) else time.time())
+
+
+def stall_of(run: ViewedRun) -> Stall | None:
+    """The stall verdict while the run goes on (a finished run, or one between a warm group's cells, is not stuck)."""
+    if _finished(run) or run.phase != "running":
+        return None
+    spec = run.spec
+    return stall(aggregate_of(run), time.time(), factor=spec.stall_factor, min_s=spec.stall_min_s)
+
+
+def _progress_text(run: ViewedRun, p: Progress) -> str | None:
+    """``45% of 200 steps, ~1:10 left (≈ $0.12 to finish)``; None without a total."""
+    if p.fraction is None or p.total is None:
+        return None
+    text = f"{p.fraction:.0%} of {p.total:,.0f} steps"
+    if p.left_s is not None and p.fraction < 1 and not _finished(run):
+        text += f", ~{clock(p.left_s)} left"
+        if run.spec.usd_per_hour:
+            text += f" (≈ {usd(run.spec.usd_per_hour * p.left_s / 3600)} to finish)"
+    return text
+
+
+def _progress_html(run: ViewedRun, p: Progress) -> str:
+    text = _progress_text(run, p)
+    if text is None or p.fraction is None:
+        return ""
+    color = _PHASE_COLORS.get(run.phase, "#0d6efd")
+    left = f' data-left-s="{p.left_s:.1f}"' if p.left_s is not None else ""
+    return (
+        f'<span class="raynb-progress" data-fraction="{p.fraction:.4f}"{left} title="time left: an estimate from the pace of '
+        f'the last {PACE_STEPS} steps" style="display:inline-flex;align-items:center;gap:6px">'
+        f'<span style="display:inline-block;width:120px;height:8px;background:#e9ecef;border-radius:4px">'
+        f'<span style="display:block;width:{p.fraction * 100:.1f}%;height:8px;background:{color};border-radius:4px">'
+        f"</span></span>{html.escape(text)}</span>"
+    )
+
+
+def _stall_html(run: ViewedRun, verdict: Stall | None) -> str:
+    """The verdict, and what each rank last printed where the run can ask its cluster (``Run.stall``)."""
+    if verdict is None:
+        return ""
+    seen = getattr(run, "stall", None) or {}
+    lines = "".join(
+        f"<br><code>rank {r}: {html.escape(str(text))}</code>" for r, text in sorted(seen.get("last_lines", {}).items())
+    )
+    return (
+        f'<div class="raynb-stall" data-quiet-s="{verdict.quiet_s:.0f}" style="background:#fff3cd;border-left:4px '
+        f'solid #fd7e14;padding:4px 8px;margin-top:4px;font-size:12px"><b>Stalled</b>: {html.escape(verdict.text())}. '
+        f"A stuck collective, a data loader, a lost peer? Stop it with the Stop button or <code>%raytrain stop "
+        f"{html.escape(run.name)}</code>{lines}</div>"
+    )
+
+
 def run_text(run: ViewedRun) -> str:
     """``[run] running  step 12  0:34  loss 0.41  1,234 samples/s  2 workers``."""
     s = _summary(run)
     parts = [f"[{run.name}] {_status_text(run)}", f"step {run.step}", clock(run.elapsed)]
+    if (done := _progress_text(run, progress_of(run))) is not None:
+        parts.append(done)
     if s["key"]:
         parts.append(f"{s['key']} {_fmt_num(s['last'])}")
     if (rate := _rate_text(s)) is not None:
@@ -206,6 +267,8 @@ def run_text(run: ViewedRun) -> str:
     if (cost := _cost_text(run)) is not None:
         parts.append(cost)
     text = "  ".join(parts)
+    if (verdict := stall_of(run)) is not None:
+        text += "\nStalled: " + verdict.text()
     if run.error is not None:
         text += "\n" + str(run.error)
     return text
@@ -244,6 +307,7 @@ def run_html(run: ViewedRun, *, nccl_html: str = "", show_error: bool = True) ->
     stats = [
         f"step <b>{run.step}</b>",
         f"elapsed <b>{clock(run.elapsed)}</b>",
+        *filter(None, [_progress_html(run, progress_of(run))]),
         f"<b>{run.spec.workers}</b> {'GPU' if run.spec.gpu else 'CPU'} workers",
     ]
     if s["key"]:
@@ -270,7 +334,8 @@ def run_html(run: ViewedRun, *, nccl_html: str = "", show_error: bool = True) ->
         f'<span class="raynb-phase" style="background:{color};color:white;border-radius:10px;padding:1px 9px">'
         f'{html.escape(_status_text(run))}</span><span style="color:#555">{html.escape(run.name)}</span>'
         + "".join(f"<span>{x}</span>" for x in stats)
-        + f'</div><div style="display:flex;gap:8px;flex-wrap:wrap">{charts}</div>{_gpu_strip(run, agg)}{nccl_html}'
+        + f"</div>{_stall_html(run, stall_of(run))}"
+        f'<div style="display:flex;gap:8px;flex-wrap:wrap">{charts}</div>{_gpu_strip(run, agg)}{nccl_html}'
         f"{err}</div>"
     )
 

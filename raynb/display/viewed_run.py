@@ -20,6 +20,15 @@ class RunShape(Protocol):
     @property
     def usd_per_hour(self) -> float | None: ...
 
+    @property
+    def total_steps(self) -> int | None: ...
+
+    @property
+    def stall_factor(self) -> float: ...
+
+    @property
+    def stall_min_s(self) -> float: ...
+
 
 class ViewedRun(Protocol):
     """The parts of :class:`raynb.Run` the live view, the text line, the badges and the figure read."""

@@ -187,13 +187,14 @@ def _until(cond: Any, timeout_s: float) -> None:
 
 
 def test_a_run_in_jupyterlab_live_chart_detach_and_stop(lab: tuple[str, Path], artifacts: Path) -> None:
-    """A cell that waits on its run: its chart grows while the step rises; Detach (clicked while the cell runs) lets
+    """A cell that waits on its run: its chart grows while the step rises, its bar says how far of ``--steps`` it is;
+    Detach (clicked while the cell runs) lets
     the cell return and the next cell run, while the run goes on and its view keeps updating; Stop, in the same bar,
     stops it, the bar goes and the final picture stays."""
     _write_notebook(
         lab[1] / "journey.ipynb",
         "%load_ext raynb\n%raycluster up --local",
-        "%%raytrain --workers 1 --out fg --name lab-run\nimport raynb, time\n"
+        "%%raytrain --workers 1 --steps 3000 --out fg --name lab-run\nimport raynb, time\n"
         "for i in range(1_000_000):\n    time.sleep(0.1)\n    raynb.report(loss=1.0 / (i + 1))",
         "print('next cell ran while', fg.name, 'was', fg.status)",
     )
@@ -215,6 +216,8 @@ def test_a_run_in_jupyterlab_live_chart_detach_and_stop(lab: tuple[str, Path], a
         cell = page.locator(".jp-Cell:has(.raynb-run)").first
         cell.scroll_into_view_if_needed()
         cell.screenshot(path=str(artifacts / "jupyterlab-live.png"))
+        bar = cell.locator(".raynb-progress").first  # --steps: the bar and the time left (issue 42)
+        assert float(bar.get_attribute("data-fraction") or 0) > 0 and "of 3,000 steps, ~" in bar.inner_text()
         # Detach: the waiting cell returns, the next cell runs, the run goes on
         printed = page.locator(".jp-OutputArea-output", has_text="next cell ran while")
         assert printed.count() == 0  # the cell still waits on its run

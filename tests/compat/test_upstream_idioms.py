@@ -155,7 +155,8 @@ def summary(r, key="loss"):
     return json.dumps({"status": r.status, "error": str(r.error) if r.error else None,
                        "first": float(per_epoch.iloc[0]), "last": float(per_epoch.iloc[-1]), "n": len(per_epoch),
                        "columns": sorted(df.columns), "points": {c: int(p) for c, p in re.findall(r'data-chart="(\\w+)" data-points="(\\d+)"', html)},
-                       "checkpoint": (r.result or {}).get("checkpoint"), "path": (r.result or {}).get("path")})
+                       "checkpoint": (r.result or {}).get("checkpoint"), "path": (r.result or {}).get("path"),
+                       "progress": r.progress.as_dict(), "bar": "raynb-progress" in html})
 print("SUMMARY-READY")
 """
 
@@ -190,9 +191,10 @@ def _cell(client, line: str, body: str, timeout: float = 600) -> None:
 
 def test_pytorch_guide_with_checkpoints(kc) -> None:
     client, storage = kc
-    _cell(client, '--workers 2 --name torch-guide --config {"epochs": 3} --out torch_run', TORCH_GUIDE)
+    _cell(client, '--workers 2 --name torch-guide --config {"epochs": 3} --steps 3 --out torch_run', TORCH_GUIDE)
     s = _summary(client, "torch_run")
     assert s["status"] == "succeeded" and s["n"] == 3 and s["last"] < s["first"], s
+    assert s["progress"]["total"] == 3 and s["progress"]["fraction"] == 1.0 and s["bar"], s  # --steps
     assert s["points"]["loss"] >= 3, s["points"]  # the live view drew every epoch
     assert s["checkpoint"] and Path(s["checkpoint"]).is_relative_to(storage / "torch-guide"), s
     assert (Path(s["checkpoint"]) / "model.pt").is_file()
@@ -205,6 +207,8 @@ def test_hugging_face_trainer_with_rays_callback(kc) -> None:
     _cell(client, "--workers 2 --name hf-guide --out hf_run", HF_GUIDE)
     s = _summary(client, "hf_run")
     assert s["status"] == "succeeded" and s["n"] >= 2 and s["last"] < s["first"], s
+    # the Trainer's own max_steps (256 samples / (16 x 2 ranks) x 3 epochs), with no flag and no line in the cell
+    assert s["progress"]["total"] == 24 and s["progress"]["done"] == 24 and s["bar"], s["progress"]
     assert {"loss", "learning_rate", "epoch"} <= set(s["columns"]), s["columns"]
     assert s["points"]["loss"] >= 2, s["points"]
     assert s["checkpoint"] and Path(s["checkpoint"]).is_relative_to(storage / "hf-guide"), s

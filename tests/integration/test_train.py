@@ -4,6 +4,7 @@ restart from a checkpoint on S3; a run gone with an earlier head."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -258,6 +259,62 @@ def test_a_run_whose_launcher_is_lost_ends_failed_for_every_kernel(cluster: rayn
     ), run.error
     (row,) = [r for r in raynb.runs().rows if r["name"] == "launcher-lost"]
     assert row["status"] == "failed", row
+
+
+def test_a_run_says_how_far_it_is_and_the_cluster_stops_it_when_it_stalls(cluster: raynb.Cluster) -> None:
+    """Issue 42 on a real run: a 4-s "compile" before the first step is no stall; with ``total_steps=20`` the view
+    shows the bar and, half-way, a time left within the spread of what was really left; then the function blocks
+    on purpose (a peer that never comes) -- the kernel names the stall (each rank's last report and printed line)
+    and, with ``on_stall="stop"``, the cluster's registry stops the run, saying why, where ``%raytrain ls`` shows
+    it."""
+    from raynb.display import render_bundle
+
+    def fn(config: dict) -> None:
+        import time
+
+        import raynb
+
+        time.sleep(4.0)  # a compile: no step yet
+        for step in range(20):
+            raynb.report(step=step, loss=1.0 / (step + 1))
+            print(f"finished step {step}", flush=True)
+            time.sleep(0.25)
+        print("waiting on a peer that never comes", flush=True)
+        time.sleep(3600)
+
+    settings = resolve({"workers": 2, "total_steps": 20, "on_stall": "stop", "stall_min_s": 3, "stall_factor": 5})
+    run = raynb.train(fn, settings=settings, display=False, name="stalls", wait=False)
+    seen: dict = {"stall_before_steps": []}
+    deadline = time.monotonic() + 180
+    while not run.done() and time.monotonic() < deadline:
+        p = run.progress
+        if p.done == 0:
+            seen["stall_before_steps"].append(run.stall)
+        if p.done >= 10 and "half" not in seen:
+            seen["half"] = (time.time(), p.left_s, render_bundle(run)["text/html"])
+        if run.stall is not None and "stall" not in seen:
+            seen["stall"] = (run.stall, render_bundle(run)["text/html"], raynb.runs().rows)
+        time.sleep(0.1)
+    assert run.done(), (run.status, run.step, seen.keys())
+    assert seen["stall_before_steps"] and not any(seen["stall_before_steps"]), "a compile is no stall"
+    at, left, html = seen["half"]
+    last = max(r["time"] for r in run.records if r.get("step") == 19)
+    actual = last - at
+    step_s = [b - a for a, b in itertools.pairwise(sorted(r["time"] for r in run.records if r["rank"] == 0))]
+    spread = (max(step_s) - min(step_s)) * 10 + 0.5  # ten steps left, each as slow or fast as the slowest or fastest
+    assert abs(left - actual) <= spread, (left, actual, spread)
+    assert 'class="raynb-progress"' in html and "of 20 steps, ~0:0" in html, html
+    verdict, html, rows = seen["stall"]
+    assert "no new step for" in verdict["text"] and "rank 1 at step 19" in verdict["text"], verdict
+    assert verdict["last_lines"] in ({0: "waiting on a peer that never comes", 1: "waiting on a peer that never comes"},
+                                     {"0": "waiting on a peer that never comes", "1": "waiting on a peer that never comes"}), verdict  # fmt: skip
+    assert 'class="raynb-stall"' in html and "waiting on a peer that never comes" in html, html
+    (row,) = [r for r in rows if r["name"] == "stalls"]
+    assert row["stall"] and row["progress"]["fraction"] == 1.0, row
+    assert run.status == "aborted" and run.aborted_why.startswith("stalled, stopped by raynb (on_stall=stop)"), run
+    (row,) = [r for r in raynb.runs().rows if r["name"] == "stalls"]
+    assert row["status"] == "aborted" and row["why"].startswith("stalled, stopped by raynb"), row
+    assert "aborted at step 19 (stalled, stopped by raynb" in render_bundle(run)["text/plain"]
 
 
 @pytest.mark.s3

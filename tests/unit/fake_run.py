@@ -15,6 +15,8 @@ def fake_run(
     gpu: bool = False,
     max_failures: int = 0,
     usd_per_hour: float | None = None,
+    total_steps: int | None = None,
+    stall_min_s: float = 300.0,
     **fields: Any,
 ) -> SimpleNamespace:
     """``fields`` override the rest (``name``, ``elapsed``, ``events``, ``error``, ``attempt``, ...)."""
@@ -29,6 +31,14 @@ def fake_run(
         "elapsed": 65.0,
         "error": None,
         "nccl": {},
-        "spec": SimpleNamespace(workers=workers, gpu=gpu, max_failures=max_failures, usd_per_hour=usd_per_hour),
+        "spec": SimpleNamespace(
+            workers=workers,
+            gpu=gpu,
+            max_failures=max_failures,
+            usd_per_hour=usd_per_hour,
+            total_steps=total_steps,
+            stall_factor=10.0,
+            stall_min_s=stall_min_s,
+        ),
     }
     return SimpleNamespace(**{**run, **fields})
