@@ -8,6 +8,7 @@ from __future__ import annotations
 import http.client
 import json
 import pickle
+import socket
 import threading
 import urllib.parse
 from collections.abc import Callable, Mapping
@@ -105,6 +106,8 @@ class JobsSide:
                 conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=timeout)
                 try:
                     conn.connect()
+                    if conn.sock is not None:  # no small packet waits on a delayed ACK
+                        conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 except OSError as e:  # refused, or no answer to connect: nobody listens there (not a busy agent)
                     raise ConnectionError(str(e) or type(e).__name__) from None
                 self._local.conn, self._local.url = conn, self.url

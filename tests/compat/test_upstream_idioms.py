@@ -220,6 +220,8 @@ def test_lightning_with_rays_strategy_and_callback(kc) -> None:
     _cell(client, "--workers 2 --name lightning-guide --out pl_run", LIGHTNING_GUIDE)
     s = _summary(client, "pl_run", "train_loss")
     assert s["status"] == "succeeded" and s["n"] == 4 and s["last"] < s["first"], s
+    # Lightning's own total (512 samples / 32 a batch / 2 ranks x 4 epochs), with no flag and no line in the cell
+    assert s["progress"]["total"] == 32 and s["progress"]["done"] == 32 and s["bar"], s["progress"]
     assert s["points"]["loss"] >= 4, s["points"]  # the metric chart (its title says train_loss)
     assert s["checkpoint"] and Path(s["checkpoint"]).is_relative_to(storage / "lightning-guide"), s
     assert any(Path(s["checkpoint"]).rglob("*.ckpt")), "the Lightning checkpoint is in storage"
