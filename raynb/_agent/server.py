@@ -17,6 +17,7 @@ import concurrent.futures
 import contextlib
 import hmac
 import http.server
+import importlib
 import os
 import pickle
 import platform
@@ -72,6 +73,9 @@ class Agent:
             "watch": lambda name, total, factor, min_s: self._channel(name).watch(total, factor, min_s),
             "logs": lambda name, after, rank, tail, timeout_s=None: self._channel(name).logs(
                 after, rank, tail, timeout_s
+            ),
+            "run_task": lambda fn, args, node_id=None, timeout_s=120.0: side.run_task(
+                raynb_function(fn), *args, node_id=node_id, timeout=timeout_s
             ),
             "warm_open": self.warm_open,
             "warm_touch": self.warm_touch,
@@ -202,6 +206,15 @@ class Agent:
         if op not in self.ops:
             raise KeyError(f"raynb's agent has no call {op!r} (the kernel's raynb is another version)")
         return self.ops[op](**args)
+
+
+def raynb_function(ref: str) -> Callable[..., Any]:
+    """``raynb.MODULE:NAME`` -> that function of this raynb (only raynb's: a kernel names a node task, never code)."""
+    module, _, name = ref.partition(":")
+    if not module.startswith("raynb.") or not name.isidentifier():
+        raise ValueError(f"{ref!r} is not one of raynb's node tasks")
+    fn: Callable[..., Any] = getattr(importlib.import_module(module), name)
+    return fn
 
 
 def dashboard() -> str:

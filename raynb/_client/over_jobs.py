@@ -174,11 +174,19 @@ class JobsSide:
         return JobsWarmChannel(self, workers, idle_s)
 
     def run_task(self, fn: Callable[..., T], *args: Any, node_id: str | None = None, timeout: float = 120.0) -> T:
-        raise UsageError(
-            "This kernel reaches the cluster through Ray Jobs, where raynb cannot run its own checks on the nodes "
-            "yet (the doctor's node checks, the bench).",
-            fix="run them from a kernel with the cluster's Python and Ray (Ray Client)",
+        """One of raynb's own node tasks (``_remote/tasks.py``: the doctor's facts, its storage probe), named by module
+        and name -- the cluster has the same raynb -- with plain arguments; its plain answer (a tuple comes back as a
+        list)."""
+        if not fn.__module__.startswith("raynb."):
+            raise UsageError(
+                f"{fn.__qualname__} is not raynb's: through Ray Jobs only raynb's own node tasks run on the cluster.",
+                fix="run code on the cluster in a %%raytrain cell",
+            )
+        ref = f"{fn.__module__}:{fn.__qualname__}"
+        answer: T = self.call(
+            "run_task", timeout=timeout + 30, fn=ref, args=list(args), node_id=node_id, timeout_s=timeout
         )
+        return answer
 
 
 class JobsRunChannel:

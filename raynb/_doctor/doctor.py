@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 
 from .._checks import Check, Checklist
-from .._client.cluster_side import run_task
+from .._client import side
 from .._cluster.cluster import Cluster, current_cluster
 from .._cluster.session import dashboard_get
 from .._current import resolve_settings
@@ -28,16 +28,15 @@ __all__ = ["doctor"]
 def doctor() -> Checklist:
     """Run the checks against the current cluster: Ray-side checks when connected, Kubernetes/EFA checks on a
     Kubernetes cluster (those need no Ray connection)."""
-    import ray
-
     cl = current_cluster()
     if cl is None:
         raise not_connected()
     backend_checks = cl.backend.doctor_checks()  # Kubernetes' need no Ray connection
-    if not ray.is_initialized() and not backend_checks.needs_no_ray:
+    connected = side().connected()  # over Ray Client or through Ray Jobs
+    if not connected and not backend_checks.needs_no_ray:
         raise not_connected()
     out = Checklist()
-    if ray.is_initialized():
+    if connected:
         out.checks += _ray_checks(cl)
     out.checks += backend_checks.checks
     return out
@@ -47,16 +46,18 @@ def _ray_checks(cl: Cluster) -> list[Check]:
     import ray
 
     out: list[Check] = []
-    facts = run_task(node_facts)
+    facts = side().run_task(node_facts)
     here_py = ".".join(map(str, sys.version_info[:3]))
     same = facts["ray"] == ray.__version__ and facts["python"].rsplit(".", 1)[0] == here_py.rsplit(".", 1)[0]
+    jobs = side().via == "jobs"  # nothing crosses but JSON: the versions need not match
     out.append(
         Check(
             "Ray and Python versions",
-            "ok" if same else "fail",
-            f"notebook Ray {ray.__version__} / Python {here_py}; cluster Ray {facts['ray']} / Python {facts['python']}",
+            "ok" if same or jobs else "fail",
+            f"notebook Ray {ray.__version__} / Python {here_py}; cluster Ray {facts['ray']} / Python {facts['python']}"
+            + ("; through Ray Jobs, which needs no match" if jobs and not same else ""),
             ""
-            if same
+            if same or jobs
             else f'pip install "ray[client,train,default]=={facts["ray"]}" in a Python '
             f'{facts["python"].rsplit(".", 1)[0]} kernel',
         )
@@ -73,7 +74,7 @@ def _ray_checks(cl: Cluster) -> list[Check]:
             "--no-dashboard / RAYNB_LOCAL_DASHBOARD=0)",
         )
     )
-    cluster_gpus = int(ray.cluster_resources().get("GPU", 0))
+    cluster_gpus = int(side().resources()["total"].get("GPU", 0))
     if facts["gpus_seen"] and cluster_gpus < facts["gpus_seen"]:
         out.append(
             Check(

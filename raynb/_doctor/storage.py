@@ -10,7 +10,7 @@ import uuid
 from typing import Any
 
 from .._checks import Check
-from .._client.cluster_side import run_task
+from .._client import side
 from .._remote.tasks import read_file, write_file
 from .._runs.storage import SHARED_STORAGE_FIX, is_node_local
 
@@ -38,7 +38,8 @@ def storage_fix(error: str, storage_path: str) -> str:
 
 
 def storage_check(storage_path: str | None, nodes: int, shared_mounts: tuple[str, ...]) -> Check:
-    """Write on a worker node, read on the head, and back (one node: both on it). Needs a Ray connection."""
+    """Write on a worker node, read on the head, and back (one node: both on it). Over Ray Client or through Ray
+    Jobs."""
     if storage_path is None or is_node_local(storage_path, shared_mounts):
         where = storage_path or "Ray's ~/ray_results"
         if nodes <= 1:
@@ -49,14 +50,12 @@ def storage_check(storage_path: str | None, nodes: int, shared_mounts: tuple[str
             f"{where} is each node's own disk on a cluster of {nodes} nodes: Ray Train cannot checkpoint there",
             SHARED_STORAGE_FIX,
         )
-    import ray
-
-    alive = [n for n in ray.nodes() if n.get("Alive")]
+    alive = [n for n in side().resources()["nodes"] if n.get("Alive")]
     head = next((n for n in alive if n.get("Resources", {}).get("node:__internal_head__")), alive[0])
     worker = next((n for n in alive if n is not head), head)
 
     def on(node: dict[str, Any], fn: Any, *args: Any) -> Any:
-        return run_task(fn, *args, node_id=node["NodeID"])
+        return side().run_task(fn, *args, node_id=node["NodeID"])
 
     def named(node: dict[str, Any], role: str) -> str:
         return f"{role} ({node['NodeID'][:8]} at {node.get('NodeManagerAddress')})"

@@ -66,6 +66,7 @@ OTHER_RAY_SCRIPT = textwrap.dedent("""
     while mine and not jobs.get_job_status(mine[0]).is_terminal() and time.time() - t0 < 60:
         time.sleep(0.5)  # the run's job ends once the run did
     out["run_job"] = {"ids": mine, "status": jobs.get_job_status(mine[0]).value, "logs": jobs.get_job_logs(mine[0])}
+    out["doctor"] = {c.name: (c.state, c.detail) for c in raynb.doctor().checks}  # its node tasks, through the agent
     agent = out["agent"] = raynb.current().status().reached.rsplit(" ", 1)[-1]
     try:
         urllib.request.urlopen(urllib.request.Request(agent + "/raynb/v1/list_runs", data=b"{}", method="POST"))
@@ -96,7 +97,8 @@ def test_a_kernel_of_another_ray_trains_through_ray_jobs(cluster: raynb.Cluster,
     and what to install; given the dashboard, raynb reaches the head through Ray Jobs and its agent instead: a run of
     a function in the kernel's file trains on the head's Ray, a failing rank is named with the kernel file's line,
     what the workers printed and the run list come back, the run was a Ray Job of its own (its workers' lines in the
-    job's log, FAILED as the run), the agent refuses a call without its secret, and ``down`` only disconnects."""
+    job's log, FAILED as the run), the doctor's checks run (its node tasks through the agent), the agent refuses a call
+    without its secret, and ``down`` only disconnects."""
     import ray
 
     from tests.other_ray import OTHER_RAY
@@ -126,6 +128,11 @@ def test_a_kernel_of_another_ray_trains_through_ray_jobs(cluster: raynb.Cluster,
     assert len(run_job["ids"]) == 1 and run_job["status"] == "FAILED", run_job
     assert f"[rank 1] rank 1 runs Ray {here}" in run_job["logs"], run_job["logs"]
     assert f"raynb: run {run['name']} failed: " in run_job["logs"], run_job["logs"]
+    doctor = out["doctor"]
+    assert doctor["Ray and Python versions"][0] == "ok", doctor
+    assert "through Ray Jobs, which needs no match" in doctor["Ray and Python versions"][1], doctor
+    assert f"cluster Ray {here}" in doctor["Ray and Python versions"][1], "read on the cluster's node"
+    assert doctor["checkpoint storage"][0] == "ok" and doctor["GPUs"][0] == "ok", doctor
     assert out["no secret"] == 401
     port = out["agent"].rsplit(":", 1)[-1]
     listening = [

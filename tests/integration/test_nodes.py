@@ -8,7 +8,8 @@ is -- one cluster for every check here, paid once.
   that could not read it and the path.
 - A kernel of another Ray (2.55.1, SageMaker Distribution's) reaches this head, which raynb did not start (``ray start
   --head`` by hand), by its dashboard's address (``http://HOST:PORT``): through Ray Jobs, a run that says it never
-  checkpoints trains across two nodes, the run a Ray Job of its own; ``down`` leaves the cluster running.
+  checkpoints trains across two nodes, the run a Ray Job of its own; the doctor's storage round trip runs its node
+  tasks through raynb's agent; ``down`` leaves the cluster running.
 - A whole worker node lost in the middle of a checkpointing run (its raylet and workers killed): with
   ``max_failures=1`` Ray Train starts the group again on the nodes that remain, from the checkpoint on the S3 server;
   the view names the node lost and the step it resumed at; ``run.metrics`` has every step once."""
@@ -117,7 +118,7 @@ SCRIPT = textwrap.dedent("""
 
 
 OTHER_RAY_KERNEL = textwrap.dedent("""
-    import json, sys, time, ray, raynb
+    import json, os, sys, time, ray, raynb
     from ray.job_submission import JobSubmissionClient
 
     def fn(config):  # travels as its source: this file is on the kernel's disk only
@@ -126,7 +127,7 @@ OTHER_RAY_KERNEL = textwrap.dedent("""
         for step in range(3):
             raynb.report(step=step, loss=1.0 / (step + 1), node=ray.get_runtime_context().get_node_id())
 
-    (dashboard,) = sys.argv[1:]
+    dashboard, storage = sys.argv[1:]
     said = []
     c = raynb.up(address=dashboard, progress=said.append)  # the dashboard's address: Ray Jobs, whatever the versions
     run = raynb.train(fn, workers=2, checkpoints=False, display=False)
@@ -137,6 +138,9 @@ OTHER_RAY_KERNEL = textwrap.dedent("""
         time.sleep(0.5)
     out = {"ray": ray.__version__, "status": c.status().text(), "run": run.status, "error": str(run.error),
            "nodes": sorted({r["node"] for r in run.records}), "run_job": jobs.get_job_status(job).value}
+    os.environ["RAYNB_STORAGE_PATH"] = storage  # the doctor's round trip across two nodes, through the agent
+    (check,) = [c for c in raynb.doctor().checks if c.name == "checkpoint storage"]
+    out["doctor_s3"] = {"state": check.state, "detail": check.detail}
     c.down(progress=said.append)
     out["said"] = said
     print("RESULT " + json.dumps(out))
@@ -154,7 +158,7 @@ def test_nodes_with_disks_of_their_own_and_one_lost_mid_run(tmp_path: Path) -> N
         kernel = tmp_path / "other_ray_kernel.py"
         kernel.write_text(OTHER_RAY_KERNEL)
         env = other_ray_env(RAYNB_HOME=str(tmp_path / "home"))
-        other = run_in_other_ray(kernel, [nodes.dashboard_url], env, timeout=300)
+        other = run_in_other_ray(kernel, [nodes.dashboard_url, s3.uri("runs")], env, timeout=300)
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
         env["RAYNB_HOME"] = str(tmp_path / "home")
         worker_dirs = list(nodes.temp_dirs[1:])
@@ -167,6 +171,8 @@ def test_nodes_with_disks_of_their_own_and_one_lost_mid_run(tmp_path: Path) -> N
     # a run that says it never checkpoints trains across nodes (a rank on each of two)
     assert other["run"] == "succeeded" and len(other["nodes"]) == 2, other
     assert other["run_job"] == "SUCCEEDED", other
+    assert other["doctor_s3"]["state"] == "ok", other["doctor_s3"]  # node tasks pinned to nodes, through the agent
+    assert "read back on a worker node and the head" in other["doctor_s3"]["detail"], other["doctor_s3"]
     assert other["said"][-1].endswith("raynb did not start that cluster, so it keeps running"), other["said"]
 
     assert out["nodes"] == 3

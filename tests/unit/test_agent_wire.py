@@ -101,3 +101,14 @@ def test_both_ends_send_small_packets_at_once(agent) -> None:
     side.call("echo")
     assert side._local.conn.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
     assert server_side and server_side[0] != 0
+
+
+def test_a_node_task_is_named_and_only_raynbs_are_found() -> None:
+    """Through Ray Jobs the doctor's node tasks cross by name (the cluster runs the same raynb), never as code."""
+    from raynb._agent.server import raynb_function
+    from raynb._remote.tasks import node_facts
+
+    assert raynb_function("raynb._remote.tasks:node_facts") is node_facts
+    for ref in ("os:system", "raynb._remote.tasks:node_facts()", "subprocess:run"):
+        with pytest.raises(ValueError, match="not one of raynb's node tasks"):
+            raynb_function(ref)
