@@ -27,7 +27,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .._settings import raynb_home
+from .._shared.host import leases_active
 from ..errors import ClusterStartError
+from .head_fitness import why_unfit
 from .processes import kill_all, pid_alive, pids_naming
 
 __all__ = ["LocalHead", "find_head", "start_head", "stop_head", "state_dir"]
@@ -68,6 +70,9 @@ class LocalHead:
     dashboard: bool = True
     #: Ray's token for this head (token mode), in a file only this user can read; None: authentication off
     token_path: str | None = None
+    #: the Python that started it and the raynb its workers import ("": a head recorded by an earlier raynb)
+    python_exe: str = ""
+    raynb_dir: str = ""
     reused: bool = field(default=False, compare=False)
 
     @property
@@ -237,6 +242,17 @@ def start_head(
     say = progress or (lambda _msg: None)
     with _lock(d):
         existing = find_head()
+        if existing is not None and (why := why_unfit(existing)) is not None:
+            if leases_active(d):
+                raise ClusterStartError(
+                    f"The running embedded Ray head cannot serve this kernel: {why}.",
+                    saw="runs still going on it",
+                    fix="when they end (`%raytrain ls`), `python -m raynb._cluster.head_supervisor stop` stops it; "
+                    "the next `up` starts a fresh one",
+                )
+            say(f"the running embedded Ray head cannot serve this kernel ({why}): stopping it to start a fresh one")
+            _stop(existing, d)
+            existing = None
         if existing is not None:
             add_owner()
             existing.reused = True
@@ -261,6 +277,8 @@ def start_head(
             python=".".join(map(str, sys.version_info[:2])),
             started_at=time.time(),
             dashboard=dashboard,
+            python_exe=sys.executable,
+            raynb_dir=str(Path(__file__).resolve().parents[1]),
         )
         add_owner()
         spec = d / "spec.json"
@@ -350,25 +368,30 @@ def stop_head(head: LocalHead | None = None, timeout: float = 15.0) -> bool:
         head = head or find_head()
         if head is None:
             return False
-        clear_record(d)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(head.supervisor_pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while pid_alive(head.supervisor_pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if pid_alive(head.supervisor_pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(head.supervisor_pid, signal.SIGKILL)
-        # Ray starts some workers in sessions of their own; and `down` returns once every process is gone
-        deadline = time.monotonic() + 5
-        while (left := processes_of(head)) and time.monotonic() < deadline:
-            kill_all(left)
-            time.sleep(0.1)
-        for pid in owners_of(d):
-            remove_owner(pid)
-        shutil.rmtree(d / "leases", ignore_errors=True)
-        shutil.rmtree(head.temp_dir, ignore_errors=True)
+        _stop(head, d, timeout)
         return True
+
+
+def _stop(head: LocalHead, d: Path, timeout: float = 15.0) -> None:
+    """Stop ``head`` and everything it started (the caller holds the lock)."""
+    clear_record(d)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(head.supervisor_pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while pid_alive(head.supervisor_pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if pid_alive(head.supervisor_pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(head.supervisor_pid, signal.SIGKILL)
+    # Ray starts some workers in sessions of their own; and `down` returns once every process is gone
+    deadline = time.monotonic() + 5
+    while (left := processes_of(head)) and time.monotonic() < deadline:
+        kill_all(left)
+        time.sleep(0.1)
+    for pid in owners_of(d):
+        remove_owner(pid)
+    shutil.rmtree(d / "leases", ignore_errors=True)
+    shutil.rmtree(head.temp_dir, ignore_errors=True)
 
 
 def processes_of(head: LocalHead) -> list[int]:
