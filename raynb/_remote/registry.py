@@ -68,14 +68,17 @@ class RunRegistry:
             for name, run in list(self._runs.items()):
                 if run["status"] not in ACTIVE or (run.get("spec") or {}).get("on_stall") != "stop":
                     continue
-                watched = await self._watch(name)
-                if not (watched and watched["stall"]):
+                try:
+                    watched = await self._watch(name)
+                    if not (watched and watched["stall"]):
+                        self._stalled.discard(name)
+                    elif name not in self._stalled:  # seen once: the kernels' views say so until the next look
+                        self._stalled.add(name)
+                    else:
+                        why = "stalled, stopped by raynb (on_stall=stop): " + watched["stall"]["text"]
+                        await self.stop(name, int(watched["progress"]["done"]), reason=why)
+                except Exception:  # noqa: BLE001 - the run was removed meanwhile: the guard goes on for the others
                     self._stalled.discard(name)
-                elif name not in self._stalled:  # seen once: the kernels' views say so until the next look
-                    self._stalled.add(name)
-                else:
-                    why = "stalled, stopped by raynb (on_stall=stop): " + watched["stall"]["text"]
-                    await self.stop(name, int(watched["progress"]["done"]), reason=why)
 
     async def finished(self, name: str, outcome: dict[str, Any]) -> None:
         """Called by the run's launcher when ``fit()`` returns (with or without a kernel listening)."""
