@@ -8,8 +8,8 @@ It listens where the dashboard does, so a kernel reaches it the way it reaches t
 embedded head, and for a head started by hand with Ray's default dashboard host; ``RAYNB_AGENT_HOST`` where the kernel
 says otherwise: every address of a Kubernetes head pod, which a port-forward reaches through its loopback), at
 ``RAYNB_AGENT_PORT`` (the kernel's ``agent_port``, 8266 unless set: beside the dashboard's 8265) where that is free,
-else on a free port, and says which in its log (``LISTENING``), where a kernel reads it through the Jobs API. It ends itself after ``RAYNB_AGENT_IDLE_S``
-without a call while no run goes on."""
+else on a free port, and says which in its log (``LISTENING``), where a kernel reads it through the Jobs API. It ends
+itself after ``RAYNB_AGENT_IDLE_S`` without a call while no run goes on."""
 
 from __future__ import annotations
 

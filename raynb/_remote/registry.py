@@ -13,6 +13,7 @@ Finished runs stay attachable (status, metrics, error, checkpoint) until removed
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from typing import Any
 
@@ -51,9 +52,12 @@ class RunRegistry:
         return None
 
     async def _watch(self, name: str) -> dict[str, Any] | None:
-        """The run's progress and stall verdict by its own settings (None: its sink does not answer)."""
-        spec = self._runs[name].get("spec") or {}
-        args = (spec.get("total_steps"), spec.get("stall_factor", 10.0), spec.get("stall_min_s", 300.0))
+        """The run's progress and stall verdict by its own settings (None: its sink does not answer); a finished run
+        is never stalled (no window is long enough)."""
+        run = self._runs[name]
+        spec = run.get("spec") or {}
+        min_s = spec.get("stall_min_s", 300.0) if run["status"] in ACTIVE else math.inf
+        args = (spec.get("total_steps"), spec.get("stall_factor", 10.0), min_s)
         try:
             found: dict[str, Any] = await asyncio.wait_for(self._handles[name][1].watch.remote(*args), 5)
         except Exception:  # noqa: BLE001 - a sink lost with its node, or one of an earlier raynb
@@ -151,8 +155,7 @@ class RunRegistry:
             except Exception:  # noqa: BLE001 - a sink lost with its node: the row still says what is known
                 pass
             row.update((await self._watch(name)) or {})
-            if run["status"] not in ACTIVE:
-                row["stall"], row["why"] = None, (run.get("outcome") or {}).get("reason")
+            row["why"] = (run.get("outcome") or {}).get("reason")  # a stop's reason (on_stall="stop")
             out.append(row)
         return out
 

@@ -39,18 +39,20 @@ def _found(name: str) -> tuple[dict[str, Any], RunChannel]:
     return found
 
 
+def _span(seconds: float) -> str:
+    s = max(0, int(seconds))
+    return f"{s} s" if s < 120 else f"{s // 60} min" if s < 7200 else f"{s // 3600} h"
+
+
 def _ago(t: float | None, now: float) -> str:
-    if not t:
-        return "-"
-    s = max(0, int(now - t))
-    return f"{s} s ago" if s < 120 else f"{s // 60} min ago" if s < 7200 else f"{s // 3600} h ago"
+    return f"{_span(now - t)} ago" if t else "-"
 
 
 def _status(row: dict[str, Any]) -> str:
     """``running``, ``running, STALLED for 6 min`` (no new step for that long), ``aborted (stalled, stopped by
     raynb)``."""
     if row.get("stall"):
-        return f"{row['status']}, STALLED for {_ago(time.time() - row['stall']['quiet_s'], time.time())[:-4]}"
+        return f"{row['status']}, STALLED for {_span(row['stall']['quiet_s'])}"
     return f"{row['status']} ({row['why'].split(':')[0]})" if row.get("why") else row["status"]
 
 

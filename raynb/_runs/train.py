@@ -339,10 +339,10 @@ def train(
     ``run.raise_for_status()`` (or pass ``raise_on_failure=True``) to turn a failure into an exception. An interrupt (Ctrl-C, the notebook's stop
     button) stops the workers and raises :class:`~raynb.errors.RunAborted`. On a cluster of several nodes whose storage
     is one node's disk, a run is refused before it starts unless ``checkpoints=False`` (it never saves any).
-    ``total_steps=N`` (or ``raynb.report(total=N)`` from the run, or Hugging Face Trainer's own ``max_steps``) gives the
-    view a progress bar, the time left and the cost to finish (``run.progress``); a run none of whose ranks makes a
-    new step for ``stall_factor`` times its recent step time (at least ``stall_min_s``) is called stalled, and
-    ``on_stall="stop"`` has the cluster end it. ``display``: None picks HTML in
+    ``total_steps=N`` (or ``raynb.report(total=N)`` from the run, or the total Hugging Face's or Lightning's Trainer
+    knows) gives the view a progress bar, the time left and the cost to finish (``run.progress``); a run none of whose
+    ranks makes a new step for ``stall_factor`` times its recent step time (at least ``stall_min_s``) is called
+    stalled, and ``on_stall="stop"`` has the cluster end it. ``display``: None picks HTML in
     notebooks and a text line in terminals; False shows nothing.
     """
     shape = shape_of(scaling_config, workers=workers, gpu=gpu, cpus_per_worker=cpus_per_worker)

@@ -161,7 +161,9 @@ class Aggregate:
             if r.get("kind") == "progress":  # the framework's own step count and total (_remote/framework_hooks.py)
                 if self.first_step is None:
                     self.first_step = 1.0  # it counts steps done
-                self._progress(r, int(r.get("rank", 0)), float(r.get("at_step") or 0), _num(r.get("time")))
+                rank = int(r.get("rank", 0))
+                at_step, t = float(r.get("at_step") or 0), _num(r.get("time"))
+                self._progress(r, rank, at_step, t, self._segment_of(r, rank))
                 continue
             self.records += 1
             rank = int(r.get("rank", 0))
@@ -185,7 +187,7 @@ class Aggregate:
                 self._add_metric(r)
             # a restart or a new warm cell starts a segment: the pause before it is not a step
             segment = self._segment_of(r, rank)
-            self._progress(r, rank, step, t)
+            self._progress(r, rank, step, t, segment)
             count = next((v for k, _u in _COUNT_KEYS if (v := _num(r.get(k))) is not None), None)
             if count is not None and t is not None:
                 acc_c = self._counts.setdefault(step, [0.0, 0.0, 0, segment])
@@ -215,7 +217,7 @@ class Aggregate:
             self._prev_t.pop(rank, None)
         return segment
 
-    def _progress(self, r: dict[str, Any], rank: int, step: float, t: float | None) -> None:
+    def _progress(self, r: dict[str, Any], rank: int, step: float, t: float | None, segment: tuple[int, int]) -> None:
         if self.first_step is None:
             self.first_step = step
         if (total := _num(r.get("total"))) is not None:
@@ -223,7 +225,7 @@ class Aggregate:
         if t is None:
             return
         self.last_seen[rank] = (t, step)
-        if self._segment_of(r, rank) == self._newest and step > self.top_step:
+        if segment == self._newest and step > self.top_step:
             self.top_step = step
             self.advances.append((t, step))
             if len(self.advances) > 2 * ADVANCES_KEPT:
