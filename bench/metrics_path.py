@@ -195,6 +195,7 @@ def main() -> None:
     # 3. scale: ranks x rate for scale-seconds into one notebook, with a live view redrawing
     from types import SimpleNamespace
 
+    from raynb._shared.run_spec import RunSpec
     from raynb.display import LiveView
 
     sink = sink_actor()
@@ -206,7 +207,16 @@ def main() -> None:
         phase="running",
         events=[],
         error=None,
-        spec=SimpleNamespace(workers=args.ranks, gpu=False, max_failures=0),
+        # the run's real spec type, so the view reads every field it has (a namespace of a few lagged behind it)
+        spec=RunSpec(
+            workers=args.ranks,
+            gpu=False,
+            cpus_per_worker=1.0,
+            config={},
+            name="scale",
+            worker_env={},
+            storage_path=None,
+        ),
         elapsed=0.0,
         records=[],
         step=0,
