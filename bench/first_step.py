@@ -118,7 +118,18 @@ def with_raynb(config: dict[str, Any], name: str) -> dict[str, Any]:
     assert run.status == "succeeded", run.error
     (rec,) = [r for r in run.records if r.get("step") == 1 and r.get("kind") is None]
     got = {k: rec[k] for k in rec if k not in ("rank", "step", "time", "attempt")}
-    return {**got, "to_fn_s": got["fn_started"] - t_call, "to_first_step_s": got["step_done"] - t_call}
+    events = [  # the run's own events, seconds after the call: where the time to the function went
+        {"s": round(float(e["time"]) - t_call, 2), **{k: str(v)[:200] for k, v in e.items() if k != "time"}}
+        for e in run.events
+        if isinstance(e.get("time"), (int, float))
+    ]
+    return {
+        **got,
+        "to_fn_s": got["fn_started"] - t_call,
+        "to_first_step_s": got["step_done"] - t_call,
+        "cpus_per_worker": run.spec.cpus_per_worker,
+        "events": events,
+    }
 
 
 def main() -> None:

@@ -40,9 +40,8 @@ def train_parser() -> _Parser:
         description="Run the cell as Ray Train's train_loop_per_worker(config) on N workers.",
     )
     add_flag(p, "workers", "-n")
-    g = p.add_mutually_exclusive_group()
-    add_flag(g, "gpu")
-    add_flag(g, "cpus_per_worker")
+    add_flag(p, "gpu")
+    add_flag(p, "cpus_per_worker")
     p.add_argument("--config", metavar="EXPR", help="Python expression for `config` (evaluated in the notebook)")
     p.add_argument("--name", help="run name")
     p.add_argument("--out", metavar="VAR", help="store the Run in this notebook variable")

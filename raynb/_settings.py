@@ -51,7 +51,12 @@ class Settings:
 
     workers: int = option(2, "number of Ray Train workers", "--workers")
     gpu: bool = option(False, "one GPU per worker (NCCL); `--gpu $USE_GPU` takes a notebook variable", "--gpu")
-    cpus_per_worker: float = option(1.0, "CPUs each worker reserves (gloo)", "--cpus-per-worker")
+    cpus_per_worker: float | None = option(
+        None,
+        "CPUs each worker reserves, and so its threads (Ray sets OMP_NUM_THREADS from it); default: 1 for CPU "
+        "workers, and for GPU workers their node's share -- its CPUs (less one on the head) divided among its GPUs",
+        "--cpus-per-worker",
+    )
     local_num_cpus: int | None = option(
         None,
         "CPUs the embedded head offers (default: what Ray detects, a container's CPU limit included)",

@@ -22,7 +22,7 @@ from . import framework_hooks
 from . import report as metrics
 from .gpu_sampler import GpuSampler
 
-__all__ = ["run_on_worker", "error_event", "NcclWatcher"]
+__all__ = ["run_on_worker", "error_event", "NcclWatcher", "compile_counts"]
 
 _NCCL_VARS = ("NCCL_NET_PLUGIN", "NCCL_NET", "FI_PROVIDER", "NCCL_IB_DISABLE", "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE")
 
@@ -228,12 +228,25 @@ def run_on_worker(payload: bytes, config: dict[str, Any], sink: Any, info: dict[
         _untee(real_out, real_err)
         rep.close()
         with contextlib.suppress(Exception):
-            ray.get(sink.event.remote({"kind": "worker_done", "rank": rank, "seconds": time.time() - t0}), timeout=5)
+            done = {"kind": "worker_done", "rank": rank, "seconds": time.time() - t0, **compile_counts()}
+            ray.get(sink.event.remote(done), timeout=5)
     finally:
         _untee(real_out, real_err)
         restore()
         unhook()
         metrics._set_reporter(None)
+
+
+def compile_counts() -> dict[str, int]:
+    """What this process's ``torch.compile`` found in Inductor's caches: FX graphs compiled from nothing
+    (``compiled``) and read back (``compiled_from_cache``); empty where nothing was compiled. Inductor's caches live
+    on the node (``/tmp/torchinductor_<user>``, Triton's under ``~/.triton``), so a later run there reads them back."""
+    utils = sys.modules.get("torch._dynamo.utils")  # imported by torch.compile: never imported here for the asking
+    if utils is None:
+        return {}
+    inductor = utils.counters["inductor"]
+    hit, miss = int(inductor.get("fxgraph_cache_hit", 0)), int(inductor.get("fxgraph_cache_miss", 0))
+    return {"compiled": miss, "compiled_from_cache": hit} if hit + miss else {}
 
 
 def _untee(out: Any, err: Any) -> None:

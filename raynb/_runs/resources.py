@@ -8,31 +8,53 @@ from __future__ import annotations
 from .._current import current
 from ..errors import InsufficientResourcesError, not_connected
 
-__all__ = ["check_resources"]
+__all__ = ["check_resources", "place_run", "gpu_worker_cpus", "HEAD_KEEPS_CPUS"]
+
+#: CPUs a GPU worker's share leaves to the head node's own processes (GCS, raylet, dashboard, raynb's actors).
+HEAD_KEEPS_CPUS = 1.0
+
+
+def gpu_worker_cpus(nodes: list[dict[str, float]]) -> float | None:
+    """A GPU worker's share of its node: the node's CPUs (less :data:`HEAD_KEEPS_CPUS` on the head) divided among
+    its GPUs, whole CPUs, the smallest over the nodes with GPUs (a worker may land on any), at least 1. None where no
+    node has a GPU now (an autoscaled cluster at zero: its workers get 1 CPU each, as Ray Train's default)."""
+    shares = [
+        (n.get("CPU", 0.0) - (HEAD_KEEPS_CPUS if "node:__internal_head__" in n else 0.0)) // n["GPU"]
+        for n in nodes
+        if n.get("GPU", 0.0) >= 1
+    ]
+    return max(1.0, min(shares)) if shares else None
+
+
+def place_run(workers: int, gpu: bool, cpus_per_worker: float | None) -> tuple[float, str | None]:
+    """The CPUs each worker of this run reserves (``cpus_per_worker``, or by default 1 for a CPU worker and
+    :func:`gpu_worker_cpus` for a GPU worker), checked against the connected cluster as :func:`check_resources` does;
+    with what to tell the user when the run fits only once the cluster has grown."""
+    from .._client import side
+
+    if not side().connected():
+        raise not_connected()
+    now = side().resources()
+    nodes = [dict(n.get("Resources") or {}) for n in now["nodes"] if n.get("Alive")]
+    cpus = cpus_per_worker
+    if cpus is None:
+        cpus = (gpu_worker_cpus(nodes) if gpu else None) or 1.0
+    cl = current()
+    grows_to = cl.backend.grows_to() if cl is not None else None
+    return cpus, check_resources(workers, gpu, cpus, total=now["total"], grows_to=grows_to, nodes=nodes)
 
 
 def check_resources(
     workers: int,
     gpu: bool,
     cpus_per_worker: float,
-    total: dict[str, float] | None = None,
+    total: dict[str, float],
     grows_to: dict[str, float] | None = None,
     nodes: list[dict[str, float]] | None = None,
 ) -> str | None:
     """Refuse a run the cluster can never place, instead of waiting forever. ``total``: the cluster's resources
-    now; ``grows_to``: an autoscaled cluster's at full size; ``nodes``: each live node's resources (default for all
-    three: asked from the connected cluster). Returns what to tell the user when the run fits only once the cluster
-    has grown (None: it fits now)."""
-    if total is None:
-        from .._client import side
-
-        if not side().connected():
-            raise not_connected()
-        now = side().resources()
-        total = now["total"]
-        nodes = [dict(n.get("Resources") or {}) for n in now["nodes"] if n.get("Alive")]
-        cl = current()
-        grows_to = cl.backend.grows_to() if cl is not None else None
+    now; ``grows_to``: an autoscaled cluster's at full size; ``nodes``: each live node's resources. Returns what to
+    tell the user when the run fits only once the cluster has grown (None: it fits now)."""
     need_cpu = workers * cpus_per_worker
     now_cpu, now_gpu = total.get("CPU", 0.0), total.get("GPU", 0.0)
     have_cpu, have_gpu = max(now_cpu, (grows_to or {}).get("CPU", 0.0)), max(now_gpu, (grows_to or {}).get("GPU", 0.0))

@@ -21,7 +21,7 @@ from .._settings import Settings, overlay
 from .._shared.worker_env import worker_env
 from ..errors import UsageError
 from .cell import large_payload_note, largest_globals, modules_beside, pack_portable, serialize
-from .resources import check_resources
+from .resources import place_run
 from .run import Run, RunSpec, set_active
 from .storage import check_reachable_by_every_node, every_nodes_mounts
 from .trainer_config import plain_trainer, shape_of, trainer_kwargs, user_run_name
@@ -101,7 +101,7 @@ def _start_payload(
     worker_env_extra: dict[str, str] | None = None,
     ray_objects: dict[str, Any] | None = None,
 ) -> Run:
-    growing = check_resources(settings.workers, settings.gpu, settings.cpus_per_worker)  # before waiting forever
+    cpus, growing = place_run(settings.workers, settings.gpu, settings.cpus_per_worker)  # before waiting forever
     if growing:
         print(growing)
     ray_objects = {k: v for k, v in (ray_objects or {}).items() if v is not None}
@@ -120,7 +120,7 @@ def _start_payload(
         "name": name,
         "workers": settings.workers,
         "gpu": settings.gpu,
-        "cpus_per_worker": settings.cpus_per_worker,
+        "cpus_per_worker": cpus,
     }
     if side().via == "client":
         kwargs = trainer_kwargs(
@@ -144,7 +144,7 @@ def _start_payload(
     spec = RunSpec(
         workers=settings.workers,
         gpu=settings.gpu,
-        cpus_per_worker=settings.cpus_per_worker,
+        cpus_per_worker=cpus,
         config=dict(config or {}),
         name=name,
         worker_env=env_vars,

@@ -41,8 +41,7 @@ class Shape:
     cpus_per_worker: float
 
     def __str__(self) -> str:
-        kind = "GPU" if self.gpu else f"CPU ({self.cpus_per_worker:g} CPUs each)"
-        return f"{self.workers} {kind} workers"
+        return f"{self.workers} {'GPU' if self.gpu else 'CPU'} workers ({self.cpus_per_worker:g} CPUs each)"
 
 
 class WarmGroup:
@@ -58,7 +57,7 @@ class WarmGroup:
         self.mailbox = side().open_warm(shape.workers, idle_s)
         self.run_obj: Run = train._start_payload(
             serialize(warm_loop),
-            settings,
+            dataclasses.replace(settings, cpus_per_worker=shape.cpus_per_worker),
             config={"mailbox": self.mailbox.token},
             name=f"warm-{time.strftime('%Y%m%d-%H%M%S')}",
             env=None,
@@ -332,20 +331,21 @@ def warm(
     if not side().connected():
         raise not_connected()
     settings = settings or resolve_settings({"workers": workers, "gpu": gpu, "cpus_per_worker": cpus_per_worker})
-    shape = Shape(settings.workers, settings.gpu, settings.cpus_per_worker)
     group = current_warm()
     if group is not None:
         asked = shaped if shaped is not None else (workers, gpu, cpus_per_worker) != (None, None, None)
-        if asked and group.shape != shape:
+        cpus = group.shape.cpus_per_worker if settings.cpus_per_worker is None else settings.cpus_per_worker
+        if asked and group.shape != (shape := Shape(settings.workers, settings.gpu, cpus)):
             raise UsageError(
                 f"This kernel's warm group has {group.shape}; {shape} were asked for.",
                 fix="`%raytrain warm stop` (raynb.warm().stop()) ends it -- its state with it -- and the next warm "
                 "cell starts the new shape; or drop the shape flags to use the group as it is",
             )
         return group
-    from .resources import check_resources
+    from .resources import place_run
 
-    growing = check_resources(shape.workers, shape.gpu, shape.cpus_per_worker)
+    cpus, growing = place_run(settings.workers, settings.gpu, settings.cpus_per_worker)
+    shape = Shape(settings.workers, settings.gpu, cpus)
     if growing:  # an autoscaled cluster below the group's size: it grows for the group
         print(growing)
     else:

@@ -248,6 +248,30 @@ def _stall_html(run: ViewedRun, verdict: Stall | None) -> str:
     )
 
 
+def _compile_text(run: ViewedRun) -> str | None:
+    """``compiled from cache (12 graphs)`` once the ranks have finished: what torch.compile read back from the
+    node's caches (an earlier run's compiles) and what it compiled from nothing."""
+    done = [e for e in run.events if e.get("kind") == "worker_done" and "compiled" in e]
+    if not done:
+        return None
+    fresh, cached = sum(int(e["compiled"]) for e in done), sum(int(e["compiled_from_cache"]) for e in done)
+    if not fresh:
+        return f"compiled from cache ({_graphs(cached)})"
+    return f"compiled {_graphs(fresh)}" + (
+        f", {cached} from cache" if cached else " (cached on the node for the next run)"
+    )
+
+
+def _graphs(n: int) -> str:
+    return f"{n} graph{'' if n == 1 else 's'}"
+
+
+def _shape_text(run: ViewedRun) -> str:
+    """``4 GPU workers × 15 CPUs``: each worker's CPUs are its threads (Ray sets OMP_NUM_THREADS from them)."""
+    kind = "GPU" if run.spec.gpu else "CPU"
+    return f"{run.spec.workers} {kind} workers × {run.spec.cpus_per_worker:g} CPUs"
+
+
 def run_text(run: ViewedRun) -> str:
     """``[run] running  step 12  0:34  loss 0.41  1,234 samples/s  2 workers``."""
     s = _summary(run)
@@ -263,7 +287,9 @@ def run_text(run: ViewedRun) -> str:
     if s["agg"].gpu:
         utils = [float(g.get("gpu_util") or 0.0) for g in s["agg"].gpu.values()]
         parts.append(f"GPU {sum(utils) / len(utils):.0f}%")
-    parts.append(f"{run.spec.workers} {'GPU' if run.spec.gpu else 'CPU'} workers")
+    parts.append(_shape_text(run))
+    if (compiled := _compile_text(run)) is not None:
+        parts.append(compiled)
     if (cost := _cost_text(run)) is not None:
         parts.append(cost)
     text = "  ".join(parts)
@@ -308,7 +334,7 @@ def run_html(run: ViewedRun, *, nccl_html: str = "", show_error: bool = True) ->
         f"step <b>{run.step}</b>",
         f"elapsed <b>{clock(run.elapsed)}</b>",
         *filter(None, [_progress_html(run, progress_of(run))]),
-        f"<b>{run.spec.workers}</b> {'GPU' if run.spec.gpu else 'CPU'} workers",
+        f"<b>{run.spec.workers}</b> {_shape_text(run).split(' ', 1)[1]}",
     ]
     if s["key"]:
         stats.append(f"{html.escape(s['key'])} <b>{_fmt_num(s['last'])}</b>")
@@ -316,6 +342,8 @@ def run_html(run: ViewedRun, *, nccl_html: str = "", show_error: bool = True) ->
         stats.append(html.escape(rate))
     if (mfu := _mfu_text(s)) is not None:
         stats.append(f'<span class="raynb-mfu">{html.escape(mfu)}</span>')
+    if (compiled := _compile_text(run)) is not None:
+        stats.append(f'<span class="raynb-compile">{html.escape(compiled)}</span>')
     if (cost := _cost_text(run)) is not None:
         stats.append(
             f'<span class="raynb-cost" title="GPU nodes x wall time, {PRICE_BASIS}">{html.escape(cost)}</span>'

@@ -15,6 +15,9 @@ class RunShape(Protocol):
     def gpu(self) -> bool: ...
 
     @property
+    def cpus_per_worker(self) -> float: ...
+
+    @property
     def max_failures(self) -> int: ...
 
     @property

@@ -241,17 +241,21 @@ def test_a_run_whose_launcher_is_lost_ends_failed_for_every_kernel(cluster: rayn
     def fn(config: dict) -> None:
         import time
 
+        import torch
+
         import raynb
 
         for step in range(100_000):
             time.sleep(0.1)
-            raynb.report(step=step)
+            raynb.report(step=step, threads=torch.get_num_threads())
 
-    run = raynb.train(fn, workers=1, display=False, name="launcher-lost", wait=False)
+    # its one worker reserves both CPUs: its threads follow (Ray sets OMP_NUM_THREADS from the worker's CPUs)
+    run = raynb.train(fn, workers=1, cpus_per_worker=2, display=False, name="launcher-lost", wait=False)
     deadline = time.monotonic() + 120
     while run.step < 2 and not run.done() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert run.step >= 2, (run.status, run.error)
+    assert set(run.metrics.threads) == {2}, run.metrics
     ray.kill(run._channel.launcher, no_restart=True)
     assert run.wait(120), "the run did not end"
     assert run.status == "failed" and "the run's launcher (where fit() and Ray Train's controller ran) is gone" in str(
@@ -339,6 +343,9 @@ def test_a_lost_worker_restarts_the_run_from_its_checkpoint_on_s3(
         import ray.train
 
         rank = ray.train.get_context().get_world_rank()
+        import torch
+
+        torch.compile(lambda x: (x.sin() * 2 + 1).sum())(torch.randn(8))  # its graph lands in the node's cache
         ckpt = ray.train.get_checkpoint()
         start = 1
         if ckpt is not None:
@@ -375,6 +382,9 @@ def test_a_lost_worker_restarts_the_run_from_its_checkpoint_on_s3(
             import json
 
             import ray.train
+            import torch
+
+            torch.compile(lambda x: (x.sin() * 2 + 1).sum())(torch.randn(8))  # the same graph: from the cache
 
             with ray.train.get_checkpoint().as_directory() as d:  # the same name: Ray Train finds the newest
                 ray.train.report({"resumed_from": json.loads(Path(d, "state.json").read_text())["step"]})
@@ -383,6 +393,9 @@ def test_a_lost_worker_restarts_the_run_from_its_checkpoint_on_s3(
         again = raynb.train(resumed, settings=resolve({"storage_path": storage}), display=False, name="restart-test",
                             scaling_config=ScalingConfig(num_workers=1))  # fmt: skip
         assert again.status == "succeeded" and list(again.metrics.resumed_from) == [8], again.error
+        done = [e for e in again.events if e["kind"] == "worker_done"]
+        assert [(e["compiled"], e["compiled_from_cache"]) for e in done] == [(0, 1)], done
+        assert "compiled from cache (1 graph)" in render_bundle(again)["text/plain"]
         assert list(again.metrics["rank"]) == [0], again.metrics
         # the doctor's round trip through the same storage (a file written and read back by tasks on the cluster)
         monkeypatch.setenv("RAYNB_STORAGE_PATH", storage)

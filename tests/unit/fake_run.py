@@ -13,6 +13,7 @@ def fake_run(
     status: str = "running",
     workers: int = 2,
     gpu: bool = False,
+    cpus_per_worker: float = 1.0,
     max_failures: int = 0,
     usd_per_hour: float | None = None,
     total_steps: int | None = None,
@@ -34,6 +35,7 @@ def fake_run(
         "spec": SimpleNamespace(
             workers=workers,
             gpu=gpu,
+            cpus_per_worker=cpus_per_worker,
             max_failures=max_failures,
             usd_per_hour=usd_per_hour,
             total_steps=total_steps,

@@ -137,6 +137,20 @@ def test_text_mode_writes_one_line() -> None:
     assert "step " in out and "loss " in out and "samples/s" in out, out  # what terminal IPython's line says
 
 
+def test_the_view_says_its_shape_and_what_torch_compile_read_from_the_cache() -> None:
+    """Each worker's CPUs (its threads) beside the worker count; once the ranks finish, how many FX graphs
+    torch.compile built and how many it read back from the node's caches (an earlier run's compiles)."""
+    done = [{"kind": "worker_done", "rank": r, "compiled": 0, "compiled_from_cache": 3} for r in (0, 1)]
+    run = fake_run(_recs(), status="succeeded", gpu=True, cpus_per_worker=15.0, events=done)
+    text, html = render_bundle(run)["text/plain"], render_bundle(run)["text/html"]
+    assert "2 GPU workers × 15 CPUs" in text and "compiled from cache (6 graphs)" in text, text
+    assert "<b>2</b> GPU workers × 15 CPUs" in html and 'class="raynb-compile">compiled from cache' in html
+    first = [{"kind": "worker_done", "rank": 0, "compiled": 4, "compiled_from_cache": 0}]
+    text = render_bundle(fake_run(_recs(), status="succeeded", events=first))["text/plain"]
+    assert "compiled 4 graphs (cached on the node for the next run)" in text, text
+    assert "compiled" not in render_bundle(fake_run(_recs(), status="succeeded"))["text/plain"]  # no torch.compile
+
+
 def test_run_error_carries_the_nccl_reason() -> None:
     from raynb._runs.run_error import RunError
 

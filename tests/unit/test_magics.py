@@ -6,7 +6,7 @@ import pytest
 from IPython import get_ipython
 from IPython.testing.globalipapp import start_ipython
 
-from raynb._magic_args import split_config_expr
+from raynb._magic_args import parse_train_line, split_config_expr
 from raynb.errors import NotConnectedError, UsageError
 
 
@@ -42,9 +42,11 @@ def test_unknown_flag_is_a_usage_error(ip) -> None:
     assert "--wrokers" in ei.value.message and "usage" in ei.value.message
 
 
-def test_gpu_and_cpus_per_worker_exclude_each_other(ip) -> None:
-    with pytest.raises(UsageError, match="not allowed with"):
-        ip.run_cell_magic("raytrain", "--gpu --cpus-per-worker 2", "pass")
+def test_gpu_workers_take_cpus_per_worker() -> None:
+    """A GPU worker's CPUs are its threads: --cpus-per-worker overrides its node's share, as for a CPU worker."""
+    args, _ = parse_train_line("--gpu --cpus-per-worker 6")
+    assert args.gpu is True and args.cpus_per_worker == 6.0
+    assert parse_train_line("--gpu")[0].cpus_per_worker is None  # the node's share, resolved against the cluster
 
 
 def test_config_must_be_a_dict(ip) -> None:

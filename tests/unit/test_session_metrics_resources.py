@@ -18,7 +18,7 @@ import pytest
 from raynb._cluster import session
 from raynb._remote.report import Reporter
 from raynb._remote.sink import MetricsSink
-from raynb._runs.resources import check_resources
+from raynb._runs.resources import check_resources, gpu_worker_cpus
 from raynb.errors import ConnectError, InsufficientResourcesError
 
 
@@ -188,6 +188,19 @@ def test_each_worker_must_fit_on_one_node() -> None:
         check_resources(8, True, 12.0, total={"CPU": 100.0, "GPU": 8.0}, nodes=small)
     assert "8 workers of 12 CPUs and 1 GPU were asked for, but the nodes hold 6" in e.value.what, e.value.what
     assert e.value.fix == "use --workers 6 or --cpus-per-worker 10, or nodes of a bigger size.", e.value.fix
+
+
+def test_a_gpu_worker_gets_its_nodes_share_of_cpus() -> None:
+    """A GPU worker's default CPUs (its threads): its node's CPUs, less one on the head, divided among its GPUs; the
+    smallest share where nodes differ; 1 where the share rounds below it or no GPU node is up yet."""
+    head = "node:__internal_head__"
+    assert gpu_worker_cpus([{"CPU": 16.0, "GPU": 1.0, head: 1.0}]) == 15.0  # the lent H200: the head is the GPU node
+    g6 = [{"CPU": 48.0, "GPU": 4.0}, {"CPU": 48.0, "GPU": 4.0}, {"CPU": 2.0, head: 1.0}]  # 2 x g6.12xlarge, a CPU head
+    assert gpu_worker_cpus(g6) == 12.0
+    assert gpu_worker_cpus([{"CPU": 48.0, "GPU": 4.0}, {"CPU": 30.0, "GPU": 4.0}]) == 7.0
+    assert gpu_worker_cpus([{"CPU": 2.0, "GPU": 4.0}]) == 1.0
+    assert gpu_worker_cpus([{"CPU": 2.0, head: 1.0}]) is None  # autoscaled from zero: Ray Train's 1 CPU
+    assert check_resources(8, True, gpu_worker_cpus(g6) or 1, total={"CPU": 98.0, "GPU": 8.0}, nodes=g6) is None
 
 
 def test_sink_gives_each_record_its_own_ranks_attempt(monkeypatch) -> None:
