@@ -54,7 +54,8 @@ def get_raycluster(target: Target, ref: RayClusterRef) -> dict[str, Any] | None:
 
 
 def apply_raycluster(target: Target, obj: Mapping[str, Any]) -> dict[str, Any]:
-    """Server-side apply (field manager ``raynb``): what ``kubectl apply --server-side`` does with the same YAML."""
+    """Server-side apply (field manager ``raynb``, strict field validation): what ``kubectl apply --server-side``
+    does with the same YAML."""
     md = obj["metadata"]
     with api_call(target, "patch", "rayclusters.ray.io", md["namespace"]):
         out = custom_api(target).patch_namespaced_custom_object(
@@ -66,6 +67,7 @@ def apply_raycluster(target: Target, obj: Mapping[str, Any]) -> dict[str, Any]:
             dict(obj),
             field_manager=FIELD_MANAGER,
             force=True,
+            field_validation="Strict",  # a field the operator's CRD lacks fails here, never dropped in silence
             _content_type="application/apply-patch+yaml",
         )
     return plain(target, out)

@@ -124,10 +124,23 @@ def test_plain_envsubst_gives_the_same_cluster() -> None:
     ],
 )
 def test_every_preset_validates_against_kuberay_v140_and_v170(itype: str) -> None:
-    assert {p.name for p in CRD_FILES} >= {"ray.io_rayclusters.v1.4.0.yaml", "ray.io_rayclusters.v1.7.0.yaml"}
-    obj = render(overrides={"GPU_NODE_TYPE": itype})
-    for crd in CRD_FILES:
-        validate(obj, crd)
+    """As strict field validation checks it: with token auth (the default) against v1.7.0; with auth off against
+    both -- v1.4.0 has no authOptions, so a manifest that writes one (even `mode: disabled`) is refused there."""
+    crds = {p.name: p for p in CRD_FILES}
+    v140, v170 = crds["ray.io_rayclusters.v1.4.0.yaml"], crds["ray.io_rayclusters.v1.7.0.yaml"]
+    validate(render(overrides={"GPU_NODE_TYPE": itype}), v170)
+    for crd in (v140, v170):
+        validate(render(overrides={"GPU_NODE_TYPE": itype, "RAY_AUTH_MODE": "disabled"}), crd)
+
+
+def test_token_auth_against_kuberay_before_1_5_1_is_refused_with_the_two_ways_on() -> None:
+    """The field v1.4.0 lacks is named with the release that brought it, and the fix gives the upgrade and --no-auth
+    (plain JSON Schema let it through: the cluster would have run without the token asked for)."""
+    (v140,) = [p for p in CRD_FILES if p.name == "ray.io_rayclusters.v1.4.0.yaml"]
+    with pytest.raises(ManifestError) as ei:
+        validate(render(), v140)
+    assert "spec.authOptions: not in this CRD (needs KubeRay 1.5.1" in (ei.value.saw or ""), ei.value.saw
+    assert "helm upgrade" in (ei.value.fix or "") and "RAY_AUTH_MODE=disabled" in (ei.value.fix or "")
 
 
 def test_validation_names_what_is_wrong() -> None:
@@ -210,4 +223,5 @@ def test_token_auth_and_the_network_policy_by_default() -> None:
     np = render_network_policy(resolve_values())
     assert np["spec"]["podSelector"] == {"matchLabels": {"ray.io/cluster": name}}
     assert np["spec"]["ingress"] == [{"from": [{"podSelector": {"matchLabels": {"ray.io/cluster": name}}}]}]
-    assert render(overrides={"RAY_AUTH_MODE": "disabled"})["spec"]["authOptions"] == {"mode": "disabled"}
+    off = render(overrides={"RAY_AUTH_MODE": "disabled"})
+    assert "authOptions" not in off["spec"] and values_from_spec(off)["RAY_AUTH_MODE"] == "disabled"
