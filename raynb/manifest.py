@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from ._identity import default_cluster_name
+from ._kuberay_crd import validate  # re-exported: the manifest and its checks, one import
 from .errors import ManifestError, RaynbError
 
 __all__ = [
@@ -351,65 +352,6 @@ def values_from_spec(rc: Mapping[str, Any]) -> dict[str, str]:
                 "true" if any(e.get("name") == "FI_EFA_USE_DEVICE_RDMA" for e in c.get("env", [])) else "false"
             )
     return vals
-
-
-@lru_cache(maxsize=4)
-def _crd_schema(crd_path: str) -> dict[str, Any]:
-    with open(crd_path) as f:
-        crd = yaml.safe_load(f)
-    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
-    return version["schema"]["openAPIV3Schema"]
-
-
-#: Fields raynb may render that older KubeRay releases lack, and the release that brought each.
-KUBERAY_LACKS = {"spec.authOptions": "KubeRay 1.5.1 (token authentication, RAY_AUTH_MODE=token)"}
-_OPEN = "x-kubernetes-preserve-unknown-fields"
-
-
-def unknown_fields(obj: Any, schema: Mapping[str, Any], path: str = "") -> list[str]:
-    """The paths (``spec.authOptions``, ``spec.workerGroupSpecs[].x``) in ``obj`` that a structural CRD schema does
-    not declare: what an apply with strict field validation refuses, and lax validation drops in silence (JSON
-    Schema alone lets them through). ``metadata`` is the API server's own (ObjectMeta)."""
-    if schema.get(_OPEN) or not isinstance(obj, (dict, list)):
-        return []
-    if isinstance(obj, list):
-        return sorted({p for x in obj for p in unknown_fields(x, schema.get("items") or {}, f"{path}[]")})
-    props, extra = schema.get("properties"), schema.get("additionalProperties")
-    out: list[str] = []
-    for key, value in obj.items():
-        where = f"{path}.{key}" if path else key
-        if where == "metadata":
-            continue
-        if props is not None and key in props:
-            out += unknown_fields(value, props[key], where)
-        elif isinstance(extra, dict):
-            out += unknown_fields(value, extra, where)
-        elif props is not None or extra is False:
-            out.append(where)
-    return out
-
-
-def validate(obj: Mapping[str, Any], crd_path: str | Path) -> None:
-    """Check ``obj`` against a KubeRay RayCluster CRD's v1 schema, as strict field validation does (types, and no
-    field the CRD lacks); raise ManifestError listing every problem, with the KubeRay release a lacking field needs."""
-    import jsonschema
-
-    schema = _crd_schema(str(crd_path))
-    errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(dict(obj)), key=lambda e: list(e.path))
-    lines = [f"{'.'.join(map(str, e.path)) or '(root)'}: {e.message}" for e in errors[:10]]
-    unknown = unknown_fields(obj, schema)
-    lines += [f"{p}: not in this CRD" + (f" (needs {KUBERAY_LACKS[p]})" if p in KUBERAY_LACKS else "") for p in unknown]
-    if lines:
-        fix = None
-        if "spec.authOptions" in unknown:
-            fix = (
-                "upgrade KubeRay to 1.5.1 or later (helm upgrade kuberay-operator kuberay/kuberay-operator "
-                "--version 1.6.1), or render with --set RAY_AUTH_MODE=disabled (--no-auth: any pod of the "
-                "namespace can then submit jobs to the cluster)"
-            )
-        raise ManifestError(
-            f"The RayCluster does not match the CRD {Path(crd_path).name}.", saw="\n".join(lines), fix=fix
-        )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -161,7 +161,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "raynb._settings": {"raynb.errors"},
     "raynb._checks": {"raynb.display"},
     "raynb._current": {"raynb._settings", "raynb._shared"},
-    "raynb.manifest": {"raynb._identity", "raynb._settings", "raynb.errors"},
+    "raynb._kuberay_crd": {"raynb.errors"},
+    "raynb.manifest": {"raynb._identity", "raynb._settings", "raynb.errors", "raynb._kuberay_crd"},
     "raynb._client": {"raynb._shared", "raynb._remote", "raynb.errors"},  # the seam: Ray Client's, and HTTP's
     "raynb._agent": {"raynb._shared", "raynb._client", "raynb._remote", "raynb.errors"},  # on the head: a Ray Job
     "raynb._cluster": {"raynb._shared", "raynb.display", *CORE, "raynb.manifest", "raynb._client"},
