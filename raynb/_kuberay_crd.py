@@ -12,7 +12,7 @@ import yaml
 
 from .errors import ManifestError
 
-__all__ = ["validate", "unknown_fields", "KUBERAY_LACKS"]
+__all__ = ["validate", "check_installed", "unknown_fields", "KUBERAY_LACKS"]
 
 
 @lru_cache(maxsize=4)
@@ -60,15 +60,38 @@ def validate(obj: Mapping[str, Any], crd_path: str | Path) -> None:
     errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(dict(obj)), key=lambda e: list(e.path))
     lines = [f"{'.'.join(map(str, e.path)) or '(root)'}: {e.message}" for e in errors[:10]]
     unknown = unknown_fields(obj, schema)
-    lines += [f"{p}: not in this CRD" + (f" (needs {KUBERAY_LACKS[p]})" if p in KUBERAY_LACKS else "") for p in unknown]
-    if lines:
-        fix = None
-        if "spec.authOptions" in unknown:
-            fix = (
-                "upgrade KubeRay to 1.5.1 or later (helm upgrade kuberay-operator kuberay/kuberay-operator "
-                "--version 1.6.1), or render with --set RAY_AUTH_MODE=disabled (--no-auth: any pod of the "
-                "namespace can then submit jobs to the cluster)"
-            )
+    if lines or unknown:
         raise ManifestError(
-            f"The RayCluster does not match the CRD {Path(crd_path).name}.", saw="\n".join(lines), fix=fix
+            f"The RayCluster does not match the CRD {Path(crd_path).name}.",
+            saw="\n".join(lines + _lacking(unknown)),
+            fix=_ways_on(unknown),
         )
+
+
+def check_installed(obj: Mapping[str, Any], schema: Mapping[str, Any] | None, where: str) -> None:
+    """Before anything is created: refuse a manifest with fields the installed operator's CRD lacks (``schema``: the
+    RayCluster schema the API server publishes; None where it publishes none -- the strict apply still refuses)."""
+    unknown = unknown_fields(obj, schema) if schema is not None else []
+    if unknown:
+        raise ManifestError(
+            f"The KubeRay installed at {where} does not know {', '.join(unknown)}: its RayCluster CRD is older than "
+            "the manifest needs. Nothing was created.",
+            saw="\n".join(_lacking(unknown)),
+            fix=_ways_on(unknown),
+        )
+
+
+def _lacking(unknown: list[str]) -> list[str]:
+    return [f"{p}: not in this CRD" + (f" (needs {KUBERAY_LACKS[p]})" if p in KUBERAY_LACKS else "") for p in unknown]
+
+
+def _ways_on(unknown: list[str]) -> str:
+    if "spec.authOptions" in unknown:
+        return (
+            "upgrade KubeRay to 1.5.1 or later (e.g. `helm upgrade kuberay-operator kuberay/kuberay-operator "
+            "--version 1.6.1`: CRDs upgrade with it only where your chart does so; otherwise `kubectl apply "
+            "--server-side -k 'github.com/ray-project/kuberay/ray-operator/config/crd?ref=v1.6.1'`), or go without "
+            "token auth: --set RAY_AUTH_MODE=disabled (then any pod of the namespace can submit jobs to the "
+            "cluster; the NetworkPolicy still admits only the cluster's own pods where the network enforces it)"
+        )
+    return "upgrade KubeRay to a release whose RayCluster CRD has these fields, or drop them from your template"

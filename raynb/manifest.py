@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from ._identity import default_cluster_name
-from ._kuberay_crd import validate  # re-exported: the manifest and its checks, one import
+from ._kuberay_crd import check_installed, validate  # re-exported: the manifest and its checks, one import
 from .errors import ManifestError, RaynbError
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "render_yaml",
     "render_network_policy",
     "validate",
+    "check_installed",
     "values_from_spec",
     "head_image",
     "autoscaled",

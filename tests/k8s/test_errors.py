@@ -3,6 +3,8 @@ against the real API server (RBAC, namespaces, discovery) where one is involved.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from conftest import HERE_PY, NAME, VALUES, apply, controlplane
 
@@ -102,3 +104,45 @@ def test_kuberay_crd_missing(stack) -> None:
     with pytest.raises(kube.KubeError) as e:
         raynb.up(values=VALUES, set={"PYTHON_VERSION": HERE_PY}, kubeconfig=str(bare), connect=False)
     assert "KubeRay operator is not installed" in e.value.what and "helm install kuberay-operator" in e.value.fix
+
+
+def test_kuberay_before_1_5_1_is_named_before_anything_is_created(stack) -> None:
+    """KubeRay v1.4.0's RayCluster CRD installed in place of the operator's (v1.6.1): `up` with token auth (the
+    default) is refused before anything is created -- the schema the API server publishes has no spec.authOptions --
+    naming the release it needs and both ways on; a manifest that slips past (applied by hand) is refused by the
+    strict apply rather than stripped of its token; with RAY_AUTH_MODE=disabled the manifest fits v1.4.0."""
+    import time
+
+    import yaml
+
+    from raynb.manifest import check_installed, load_values, render
+
+    api = kube_connect.connect_api()
+
+    def published_has_auth() -> bool:
+        schema = kube_connect.raycluster_schema(api)
+        return schema is not None and "authOptions" in schema["properties"]["spec"]["properties"]
+
+    def install(crd_file: Path, has_auth: bool) -> None:
+        apply(stack, yaml.safe_load(crd_file.read_text()))
+        deadline = time.monotonic() + 60
+        while published_has_auth() != has_auth:  # the API server republishes its OpenAPI document in a moment
+            assert time.monotonic() < deadline, f"the API server still publishes the old schema ({crd_file.name})"
+            time.sleep(0.5)
+
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "crds"
+    install(fixtures / "ray.io_rayclusters.v1.4.0.yaml", has_auth=False)
+    try:
+        with pytest.raises(ManifestError) as e:
+            raynb.up(values=VALUES, set={"PYTHON_VERSION": HERE_PY}, connect=False)
+        assert "does not know spec.authOptions" in e.value.what and "Nothing was created" in e.value.what
+        assert "needs KubeRay 1.5.1" in (e.value.saw or "") and "RAY_AUTH_MODE=disabled" in (e.value.fix or "")
+        assert kube.get_raycluster(api, kube.RayClusterRef(NAME, "ray-train")) is None
+        obj = render(load_values(VALUES), {"PYTHON_VERSION": HERE_PY})
+        with pytest.raises(kube.KubeError) as strict:  # applied anyway: refused, not silently stripped
+            kube.apply_raycluster(api, obj)
+        assert ".spec.authOptions: field not declared in schema" in (strict.value.saw or ""), strict.value
+        off = render(load_values(VALUES), {"PYTHON_VERSION": HERE_PY, "RAY_AUTH_MODE": "disabled"})
+        check_installed(off, kube_connect.raycluster_schema(api), "here")  # fits v1.4.0: no exception
+    finally:
+        install(controlplane._kuberay_crds()[0], has_auth=True)
