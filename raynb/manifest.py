@@ -33,6 +33,7 @@ __all__ = [
     "render",
     "render_yaml",
     "render_network_policy",
+    "render_rbac",
     "validate",
     "check_installed",
     "values_from_spec",
@@ -276,6 +277,24 @@ def _add_storage(obj: dict[str, Any], vals: Mapping[str, str]) -> None:
                 c.setdefault("volumeMounts", []).append({"name": "shared", "mountPath": mount})
 
 
+def render_rbac(values: Mapping[str, str] | None = None, overrides: Mapping[str, str] | None = None) -> list[Any]:
+    """The Role and RoleBinding one user needs for one cluster (``manifests/rbac.yaml``): its Secret readable by
+    name only. ``RBAC_SUBJECT``: ``User:alice``, ``Group:NAME`` or ``ServiceAccount:NAME`` (default Group:raynb-users)."""
+    vals = resolve_values(values, overrides)
+    kind, _, name = vals.get("RBAC_SUBJECT", "Group:raynb-users").partition(":")
+    if kind not in ("User", "Group", "ServiceAccount") or not name:
+        raise ManifestError(
+            f"RBAC_SUBJECT must be User:NAME, Group:NAME or ServiceAccount:NAME, not {vals['RBAC_SUBJECT']!r}.",
+            fix="e.g. --set RBAC_SUBJECT=User:alice",
+        )
+    vals |= {"RBAC_SUBJECT_KIND": kind, "RBAC_SUBJECT_NAME": name}
+    role, binding = [d for d in yaml.safe_load_all(_substitute((MANIFESTS / "rbac.yaml").read_text(), vals)) if d]
+    # a User or Group is an RBAC subject; a ServiceAccount is the namespace's own
+    extra = {"namespace": vals["NAMESPACE"]} if kind == "ServiceAccount" else {"apiGroup": "rbac.authorization.k8s.io"}
+    binding["subjects"][0].update(extra)
+    return [role, binding]
+
+
 def render_network_policy(values: Mapping[str, str]) -> dict[str, Any]:
     """The NetworkPolicy that admits only the cluster's own pods (``manifests/networkpolicy.yaml``), for resolved
     ``values`` (:func:`resolve_values`)."""
@@ -360,11 +379,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--values", help="values file (default: manifests/values.env)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides")
     ap.add_argument("--template", help="a RayCluster template of your own (default: manifests/raycluster.yaml)")
+    ap.add_argument("--rbac", action="store_true", help="print the Role and RoleBinding one user needs instead")
     args = ap.parse_args(argv)
     from ._settings import parse_assignments
 
     try:
-        sys.stdout.write(render_yaml(args.values, parse_assignments(args.overrides, "--set"), template=args.template))
+        sets = parse_assignments(args.overrides, "--set")
+        if args.rbac:
+            rbac = render_rbac(load_values(args.values), {k: str(v) for k, v in sets.items()})
+            sys.stdout.write(yaml.safe_dump_all(rbac, sort_keys=False))
+            return 0
+        sys.stdout.write(render_yaml(args.values, sets, template=args.template))
     except RaynbError as e:
         print(e.message, file=sys.stderr)
         return 2

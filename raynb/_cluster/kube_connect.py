@@ -184,7 +184,8 @@ def api_call(target: Target, verb: str, resource: str, namespace: str | None) ->
                 f"Kubernetes does not allow {who} to {verb} {resource}{where}.",
                 saw=msg,
                 fix=f"ask a cluster admin for a Role granting `{verb}` on `{resource}`{where}; manifests/rbac.yaml "
-                f"lists everything raynb needs (kubectl apply -f manifests/rbac.yaml -n {namespace or 'NAMESPACE'})",
+                "is everything raynb needs for one user's cluster, rendered with `python -m raynb.manifest --rbac "
+                "--set RBAC_SUBJECT=User:<you> [--set RAY_CLUSTER_NAME=...] | kubectl apply -f -`",
             ) from None
         if status == 401:
             raise KubeError(

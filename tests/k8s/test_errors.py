@@ -3,6 +3,7 @@ against the real API server (RBAC, namespaces, discovery) where one is involved.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -63,14 +64,16 @@ def test_rbac_forbidden_names_verb_and_resource(stack) -> None:
 
 
 def test_rbac_manifest_is_enough(stack, tmp_path) -> None:
-    """manifests/rbac.yaml's Role, bound to the viewer, lets it run the whole lifecycle."""
-    import yaml
+    """manifests/rbac.yaml's Role, rendered for the viewer and the cluster's name, lets it run the whole lifecycle
+    and read its cluster's Ray token -- and no other Secret of the namespace."""
+    from kubernetes import client
 
-    docs = [d for d in yaml.safe_load_all((controlplane.HERE.parents[1] / "manifests" / "rbac.yaml").read_text()) if d]
+    from raynb.manifest import render_rbac
+
+    docs = render_rbac(None, {"RAY_CLUSTER_NAME": NAME, "RBAC_SUBJECT": "User:viewer"})
+    other = {"metadata": {"name": "someone-elses", "namespace": "ray-train"}, "stringData": {"key": "x"}}
+    client.CoreV1Api(stack.api()).create_namespaced_secret("ray-train", other)
     for d in docs:
-        d["metadata"]["namespace"] = "ray-train"
-        if d["kind"] == "RoleBinding":
-            d["subjects"] = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "viewer"}]
         apply(stack, d)
     try:
         c = raynb.up(
@@ -83,10 +86,19 @@ def test_rbac_manifest_is_enough(stack, tmp_path) -> None:
         )
         st = c.status()
         assert len(st.kube.pods) == 3 and st.kube.nodes == []  # nodes are cluster-scoped: not for this Role
+        viewer = kube_connect.connect_api(kubeconfig=str(stack.viewer_kubeconfig))
+        ref = kube.RayClusterRef(NAME, "ray-train")
+        deadline = time.monotonic() + 30
+        while (token := kube.ray_token(viewer, ref)) is None and time.monotonic() < deadline:
+            time.sleep(0.5)  # KubeRay makes the token's Secret for a token-mode cluster
+        assert token, "the cluster's own Secret could not be read with the Role"
+        with pytest.raises(kube.KubeError, match="does not allow viewer to get secrets"):
+            kube.ray_token(viewer, kube.RayClusterRef("someone-elses", "ray-train"))
         c.down(progress=lambda _m: None)
     finally:
         from conftest import delete
 
+        delete(stack, "v1", "Secret", "someone-elses", "ray-train")
         for d in docs:
             delete(stack, d["apiVersion"], d["kind"], d["metadata"]["name"], "ray-train")
 
@@ -111,8 +123,6 @@ def test_kuberay_before_1_5_1_is_named_before_anything_is_created(stack) -> None
     default) is refused before anything is created -- the schema the API server publishes has no spec.authOptions --
     naming the release it needs and both ways on; a manifest that slips past (applied by hand) is refused by the
     strict apply rather than stripped of its token; with RAY_AUTH_MODE=disabled the manifest fits v1.4.0."""
-    import time
-
     import yaml
 
     from raynb.manifest import check_installed, load_values, render

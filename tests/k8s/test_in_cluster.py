@@ -7,24 +7,20 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
-from conftest import HERE_PY, ROOT, VALUES, apply, delete
+from conftest import HERE_PY, VALUES, apply, delete
 
 import raynb
 from raynb._cluster import kube_api as kube
 from raynb._cluster import kube_connect
+from raynb.manifest import render_rbac
 
 
 def test_in_cluster_service_account(clean, tmp_path: Path, monkeypatch) -> None:
     from kubernetes import client
 
     stack = clean
-    rbac = [d for d in yaml.safe_load_all((ROOT / "manifests" / "rbac.yaml").read_text()) if d]
+    rbac = render_rbac(None, {"RBAC_SUBJECT": "ServiceAccount:notebook"})  # manifests/rbac.yaml, for this SA
     sa = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "notebook", "namespace": "ray-train"}}
-    for d in rbac:
-        d["metadata"]["namespace"] = "ray-train"
-        if d["kind"] == "RoleBinding":
-            d["subjects"] = [{"kind": "ServiceAccount", "name": "notebook", "namespace": "ray-train"}]
     for d in [sa, *rbac]:
         apply(stack, d)
     try:

@@ -225,3 +225,26 @@ def test_token_auth_and_the_network_policy_by_default() -> None:
     assert np["spec"]["ingress"] == [{"from": [{"podSelector": {"matchLabels": {"ray.io/cluster": name}}}]}]
     off = render(overrides={"RAY_AUTH_MODE": "disabled"})
     assert "authOptions" not in off["spec"] and values_from_spec(off)["RAY_AUTH_MODE"] == "disabled"
+
+
+def test_the_rbac_role_reads_its_clusters_secret_only() -> None:
+    """manifests/rbac.yaml rendered for one user and cluster: `get` on the Secret named after the cluster (KubeRay's
+    token) and no other; the subject as given; a malformed subject refused with the form to use."""
+    from raynb.manifest import render_rbac
+
+    role, binding = render_rbac(None, {"RAY_CLUSTER_NAME": "ray-train-alice", "RBAC_SUBJECT": "User:alice"})
+    (secrets,) = [r for r in role["rules"] if "secrets" in r["resources"]]
+    assert secrets == {
+        "apiGroups": [""],
+        "resources": ["secrets"],
+        "resourceNames": ["ray-train-alice"],
+        "verbs": ["get"],
+    }
+    assert role["metadata"] == {"name": "raynb-ray-train-alice", "namespace": "ray-train"}
+    assert binding["roleRef"]["name"] == "raynb-ray-train-alice"
+    assert binding["subjects"] == [{"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}]
+    (_, sa) = render_rbac(None, {"RBAC_SUBJECT": "ServiceAccount:notebook"})
+    assert sa["subjects"] == [{"kind": "ServiceAccount", "name": "notebook", "namespace": "ray-train"}]
+    assert render_rbac()[1]["subjects"][0]["name"] == "raynb-users"  # the default group
+    with pytest.raises(ManifestError, match="User:NAME"):
+        render_rbac(None, {"RBAC_SUBJECT": "alice"})
