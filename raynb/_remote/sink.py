@@ -143,10 +143,15 @@ class MetricsSink:
         return self._log_seq, lines, dropped
 
     async def watch(self, total: float | None, factor: float, min_s: float) -> dict[str, Any]:
-        """How far the run is and, when it looks stuck, the stall verdict with each rank's last printed line
-        (``_shared/progress.py``; ``total``, ``factor``, ``min_s``: the run's own settings, which the registry holds)."""
+        """The run's summary, how far it is and, when it looks stuck, the stall verdict with each rank's last printed
+        line (``_shared/progress.py``; ``total``, ``factor``, ``min_s``: the run's own settings, which the registry
+        holds)."""
         now = time.time()
-        out: dict[str, Any] = {"progress": progress(self._picture, total=total, now=now).as_dict(), "stall": None}
+        out: dict[str, Any] = {
+            **(await self.summary()),  # one call answers `%raytrain ls`'s row
+            "progress": progress(self._picture, total=total, now=now).as_dict(),
+            "stall": None,
+        }
         verdict = stall(self._picture, now, factor=factor, min_s=min_s)
         if verdict is not None:
             last: dict[int, str] = {}
