@@ -12,8 +12,8 @@ its own (fresh directories), so it warms nothing for raynb's first run; raynb's 
 environment gives, emptied before the first. Targets (issue 39): raynb cold <= bare + 10 s; the second <= 0.6 x the
 first.
 
-Not run yet: written 2026-12-05, when no GPU machine could be started (three tries); no record comes from it so far.
-Run it on the device as its README says (the Ray wheels, PYTHONPATH with the project root, RAYNB_LOCAL_DASHBOARD=0,
+Records: ``bench/results/first_step-h100-2026-12-06{,b}.json`` (one H100, two invocations; NOTES.md). Run it on the
+device as its README says (the Ray wheels, PYTHONPATH with the project root, RAYNB_LOCAL_DASHBOARD=0,
 NCCL_NVLS_ENABLE=0, a stale embedded head stopped first).
 """
 
