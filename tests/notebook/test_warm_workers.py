@@ -72,7 +72,7 @@ def test_a_warm_group_keeps_each_ranks_state_across_cells(kernels: tuple[Any, An
     out = run(kc, BUILD, timeout=300)
     assert not errors(out), text(out)
     assert _result(out) == "(0, 2)", text(out)  # rank 0's last expression is the cell's result
-    assert "2 CPU (1 CPUs each) workers; it holds 0 GPUs until `%raytrain warm stop`, 30:00 idle" in text(out)
+    assert "2 CPU workers (1 CPUs each); it holds 0 GPUs until `%raytrain warm stop`, 30:00 idle" in text(out)
     out = run(kc, TRAIN, timeout=120)
     assert not errors(out), text(out)
     assert _result(out) == "(20, 0)", text(out)  # the model and `steps` cell 1 left on the rank
@@ -135,7 +135,7 @@ def test_the_group_is_shown_and_another_kernel_is_told_who_holds_the_resources(
 ) -> None:
     _km, kc, watcher = kernels
     shown = _printed(run(kc, "%raytrain warm"))
-    assert "2 CPU (1 CPUs each) workers" in shown and "holds 0 GPUs" in shown, shown
+    assert "2 CPU workers (1 CPUs each)" in shown and "holds 0 GPUs" in shown, shown
     assert re.search(r"rank 1 [\d,]+ MB RAM", shown), shown  # no CUDA on this machine: RAM only
     status = text(run(kc, "%raycluster status"))
     assert "warm group warm-" in status and "holds 0 GPUs" in status, status
