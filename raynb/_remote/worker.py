@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._shared.cell_code import build, is_packed
-from . import framework_hooks
+from . import compile_cache, framework_hooks
 from . import report as metrics
 from .gpu_sampler import GpuSampler
 
@@ -213,6 +213,12 @@ def run_on_worker(payload: bytes, config: dict[str, Any], sink: Any, info: dict[
     )
     t0 = time.time()
     nccl = NcclWatcher(sink, rank, info)
+    storage = _storage(ctx)
+    carried: dict[str, Any] = {}  # what the compile cache in the run's storage did
+    try:
+        carried["compile_cache_loaded"] = compile_cache.load(storage)
+    except Exception as e:  # noqa: BLE001 - a cache is never worth a run: compile from nothing, and say why
+        carried["compile_cache_error"] = f"{type(e).__name__}: {e}"[:300]
     try:
         fn = build(payload) if is_packed(payload) else cloudpickle.loads(payload)
         fn(config)
@@ -228,13 +234,28 @@ def run_on_worker(payload: bytes, config: dict[str, Any], sink: Any, info: dict[
         _untee(real_out, real_err)
         rep.close()
         with contextlib.suppress(Exception):
-            done = {"kind": "worker_done", "rank": rank, "seconds": time.time() - t0, **compile_counts()}
+            counts = compile_counts()
+            # something new, or what the storage does not have yet: kept there for nodes that start empty
+            if rank == 0 and (counts.get("compiled") or (counts and not carried.get("compile_cache_loaded"))):
+                try:
+                    carried["compile_cache_saved"] = compile_cache.save(storage)
+                except Exception as e:  # noqa: BLE001 - the run succeeded; the next one compiles again
+                    carried["compile_cache_error"] = f"{type(e).__name__}: {e}"[:300]
+            done = {"kind": "worker_done", "rank": rank, "seconds": time.time() - t0, **counts, **carried}
             ray.get(sink.event.remote(done), timeout=5)
     finally:
         _untee(real_out, real_err)
         restore()
         unhook()
         metrics._set_reporter(None)
+
+
+def _storage(ctx: Any) -> Any | None:
+    """Ray Train's StorageContext of this run (a DeveloperAPI: None where this Ray has none)."""
+    try:
+        return ctx.get_storage()
+    except Exception:  # noqa: BLE001
+        return None
 
 
 def compile_counts() -> dict[str, int]:

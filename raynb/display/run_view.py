@@ -250,15 +250,20 @@ def _stall_html(run: ViewedRun, verdict: Stall | None) -> str:
 
 def _compile_text(run: ViewedRun) -> str | None:
     """``compiled from cache (12 graphs)`` once the ranks have finished: what torch.compile read back from the
-    node's caches (an earlier run's compiles) and what it compiled from nothing."""
+    caches (the node's, or the run's storage where the node started empty) and what it compiled from nothing."""
     done = [e for e in run.events if e.get("kind") == "worker_done" and "compiled" in e]
     if not done:
         return None
     fresh, cached = sum(int(e["compiled"]) for e in done), sum(int(e["compiled_from_cache"]) for e in done)
+    stored = any(e.get("compile_cache_loaded") for e in done)
+    kept = " (kept in the run's storage for new nodes)" if any(e.get("compile_cache_saved") for e in done) else ""
     if not fresh:
-        return f"compiled from cache ({_graphs(cached)})"
-    return f"compiled {_graphs(fresh)}" + (
-        f", {cached} from cache" if cached else " (cached on the node for the next run)"
+        where = ", read from the run's storage" if stored else ""
+        return f"compiled from cache ({_graphs(cached)}{where}){kept}"
+    return (
+        f"compiled {_graphs(fresh)}"
+        + (f", {cached} from cache" if cached else "")
+        + (kept or " (cached on the node for the next run)")
     )
 
 

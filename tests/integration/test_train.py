@@ -389,13 +389,19 @@ def test_a_lost_worker_restarts_the_run_from_its_checkpoint_on_s3(
             with ray.train.get_checkpoint().as_directory() as d:  # the same name: Ray Train finds the newest
                 ray.train.report({"resumed_from": json.loads(Path(d, "state.json").read_text())["step"]})
 
-        # the shape from Ray's own ScalingConfig (one worker; the settings say two)
+        # the shape from Ray's own ScalingConfig (one worker; the settings say two); a node whose compile cache
+        # starts empty, as a new pod's does: what the first run compiled comes from the run's storage (S3)
+        first_done = [e for e in run.events if e["kind"] == "worker_done" and e["rank"] == 0]
+        assert first_done[-1]["compile_cache_saved"] >= 1, first_done
+        assert s3.filesystem().get_file_info("raynb/runs/.raynb/compile-cache").type.name == "Directory"
         again = raynb.train(resumed, settings=resolve({"storage_path": storage}), display=False, name="restart-test",
+                            env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "empty-node-cache")},
                             scaling_config=ScalingConfig(num_workers=1))  # fmt: skip
         assert again.status == "succeeded" and list(again.metrics.resumed_from) == [8], again.error
         done = [e for e in again.events if e["kind"] == "worker_done"]
         assert [(e["compiled"], e["compiled_from_cache"]) for e in done] == [(0, 1)], done
-        assert "compiled from cache (1 graph)" in render_bundle(again)["text/plain"]
+        assert done[0]["compile_cache_loaded"] >= 1, done
+        assert "compiled from cache (1 graph, read from the run's storage)" in render_bundle(again)["text/plain"]
         assert list(again.metrics["rank"]) == [0], again.metrics
         # the doctor's round trip through the same storage (a file written and read back by tasks on the cluster)
         monkeypatch.setenv("RAYNB_STORAGE_PATH", storage)

@@ -149,6 +149,14 @@ def test_the_view_says_its_shape_and_what_torch_compile_read_from_the_cache() ->
     text = render_bundle(fake_run(_recs(), status="succeeded", events=first))["text/plain"]
     assert "compiled 4 graphs (cached on the node for the next run)" in text, text
     assert "compiled" not in render_bundle(fake_run(_recs(), status="succeeded"))["text/plain"]  # no torch.compile
+    kept = [{"kind": "worker_done", "rank": 0, "compiled": 4, "compiled_from_cache": 0, "compile_cache_saved": 8}]
+    text = render_bundle(fake_run(_recs(), status="succeeded", events=kept))["text/plain"]
+    assert "compiled 4 graphs (kept in the run's storage for new nodes)" in text, text
+    fresh_node = [
+        {"kind": "worker_done", "rank": 0, "compiled": 0, "compiled_from_cache": 4, "compile_cache_loaded": 8}
+    ]
+    text = render_bundle(fake_run(_recs(), status="succeeded", events=fresh_node))["text/plain"]
+    assert "compiled from cache (4 graphs, read from the run's storage)" in text, text
 
 
 def test_run_error_carries_the_nccl_reason() -> None:
