@@ -273,8 +273,9 @@ def _graphs(n: int) -> str:
 
 def _shape_text(run: ViewedRun) -> str:
     """``4 GPU workers × 15 CPUs``: each worker's CPUs are its threads (Ray sets OMP_NUM_THREADS from them)."""
+    n, cpus = run.spec.workers, run.spec.cpus_per_worker
     kind = "GPU" if run.spec.gpu else "CPU"
-    return f"{run.spec.workers} {kind} workers × {run.spec.cpus_per_worker:g} CPUs"
+    return f"{n} {kind} worker{'s' * (n != 1)} × {cpus:g} CPU{'s' * (cpus != 1)}"
 
 
 def run_text(run: ViewedRun) -> str:
