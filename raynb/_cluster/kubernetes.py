@@ -223,9 +223,8 @@ def up(
     target = kube_connect.connect_api(context=settings.kube_context, kubeconfig=kubeconfig)
     say(f"Kubernetes API: {target.where()}")
     kube_connect.ensure_crd(target)
-    manifest.check_installed(
-        obj, kube_connect.raycluster_schema(target), target.where()
-    )  # KubeRay < 1.5.1: no token auth
+    # before anything is created: an operator older than the manifest (KubeRay < 1.5.1 has no token auth)
+    manifest.check_installed(obj, kube_connect.raycluster_schema(target), target.where())
     if connect and settings.connect_via == "client":  # before creating anything: a cluster this kernel cannot
         # talk to helps nobody (through Ray Jobs, where auto takes a kernel whose Python or Ray differs, it can)
         check_versions(

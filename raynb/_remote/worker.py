@@ -214,11 +214,7 @@ def run_on_worker(payload: bytes, config: dict[str, Any], sink: Any, info: dict[
     t0 = time.time()
     nccl = NcclWatcher(sink, rank, info)
     storage = _storage(ctx)
-    carried: dict[str, Any] = {}  # what the compile cache in the run's storage did
-    try:
-        carried["compile_cache_loaded"] = compile_cache.load(storage)
-    except Exception as e:  # noqa: BLE001 - a cache is never worth a run: compile from nothing, and say why
-        carried["compile_cache_error"] = f"{type(e).__name__}: {e}"[:300]
+    loaded = compile_cache.load(storage)  # what an earlier run compiled, for a node that starts empty
     try:
         fn = build(payload) if is_packed(payload) else cloudpickle.loads(payload)
         fn(config)
@@ -235,13 +231,8 @@ def run_on_worker(payload: bytes, config: dict[str, Any], sink: Any, info: dict[
         rep.close()
         with contextlib.suppress(Exception):
             counts = compile_counts()
-            # something new, or what the storage does not have yet: kept there for nodes that start empty
-            if rank == 0 and (counts.get("compiled") or (counts and not carried.get("compile_cache_loaded"))):
-                try:
-                    carried["compile_cache_saved"] = compile_cache.save(storage)
-                except Exception as e:  # noqa: BLE001 - the run succeeded; the next one compiles again
-                    carried["compile_cache_error"] = f"{type(e).__name__}: {e}"[:300]
-            done = {"kind": "worker_done", "rank": rank, "seconds": time.time() - t0, **counts, **carried}
+            kept = compile_cache.keep(storage, counts, loaded) if rank == 0 else {}
+            done = {"kind": "worker_done", "rank": rank, "seconds": time.time() - t0, **counts, **loaded, **kept}
             ray.get(sink.event.remote(done), timeout=5)
     finally:
         _untee(real_out, real_err)
