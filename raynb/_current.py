@@ -9,6 +9,8 @@ module imports nothing above it: no circle, counting type-only imports (tests/un
 from __future__ import annotations
 
 import atexit
+import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -28,6 +30,10 @@ __all__ = [
     "Held",
     "warm_group",
     "hold_warm",
+    "active_run",
+    "set_active",
+    "ending",
+    "wait_for_ending",
 ]
 
 
@@ -77,6 +83,9 @@ class Held(Protocol):
 _current: Connected | None = None
 _warm: Held | None = None
 _exit_hooks: list[Callable[[], None]] = []
+_active: Any = None  # the run this kernel waits on now (a ``_runs.run.Run``)
+#: runs shown failed that Ray Train still winds down (``_runs/early_failure.py``)
+_ending: list[threading.Thread] = []
 
 
 def current() -> Connected | None:
@@ -106,6 +115,30 @@ def hold_warm(group: Held | None, *, instead_of: Held | None = None) -> None:
     global _warm
     if instead_of is None or _warm is instead_of:
         _warm = group
+
+
+def active_run() -> Any:
+    """The run this kernel is waiting on right now, if any (readable from other threads)."""
+    return _active
+
+
+def set_active(run: Any) -> None:
+    global _active
+    _active = run
+
+
+def ending(winding: threading.Thread) -> None:
+    """Start ``winding``: a run shown as failed, followed until Ray Train has wound it down on the cluster."""
+    _ending[:] = [t for t in _ending if t.is_alive()] + [winding]
+    winding.start()
+
+
+def wait_for_ending(timeout: float = 15.0) -> None:
+    """Wait (at most ``timeout``) until the runs shown as failed have wound down on the cluster: the next run then
+    takes the launcher they leave."""
+    deadline = time.monotonic() + timeout
+    for winding in list(_ending):
+        winding.join(max(0.0, deadline - time.monotonic()))
 
 
 def at_exit(hook: Callable[[], None]) -> None:

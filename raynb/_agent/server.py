@@ -66,6 +66,7 @@ class Agent:
             "outcome": self.outcome,
             "entry": lambda name, timeout_s=None: self._channel(name).entry(timeout_s),
             "stop": lambda name, step=None: self._channel(name).stop(step),
+            "failed": lambda name, outcome: self._channel(name).failed(outcome),
             "picture": lambda name, version, events_seen, timeout_s: self._channel(name).picture(
                 version, events_seen, timeout_s
             ),

@@ -13,7 +13,7 @@ from .._remote.sink import MetricsSink
 from ..errors import UsageError
 from . import handles
 from .run_channel import RunChannel
-from .spares import drop_spare, find_registry, free_name, prewarm, registry, take_spare
+from .spares import drop_spare, drop_taken, find_registry, free_name, prewarm, registry, take_spare
 from .warm_channel import WarmChannel
 
 __all__ = [
@@ -63,9 +63,10 @@ def start_run(name: str, info: dict[str, Any], launcher_env: Mapping[str, str]) 
     import ray
 
     reg = registry()
-    launcher, sink = take_spare(launcher_env)
+    launcher, sink = take_spare(launcher_env, name)
     taken = ray.get(reg.register.remote(name, info, launcher, sink))
     if taken is not None:
+        drop_taken(name)
         for actor in (launcher, sink):
             ray.kill(actor, no_restart=True)
         raise UsageError(f"A run named {name!r} was just started by {taken.get('user')}.", fix="give another name")

@@ -139,8 +139,8 @@ class JobsSide:
         found: dict[str, Any] = self.call("resources")
         return found
 
-    def prewarm(self, env: Mapping[str, str]) -> None:
-        self.call("prewarm", env=dict(env))
+    def prewarm(self, env: Mapping[str, str], after: str | None = None) -> None:
+        self.call("prewarm", env=dict(env), after=after)
 
     def drop_spare(self) -> None:
         self.call("drop_spare")
@@ -212,6 +212,9 @@ class JobsRunChannel:
 
     def stop(self, step: int | None = None) -> None:
         self.side.call("stop", name=self.name, step=step)
+
+    def failed(self, outcome: dict[str, Any]) -> None:
+        self.side.call("failed", name=self.name, outcome=outcome)
 
     def picture(self, version: int, events_seen: int, timeout: float) -> tuple[int, bytes | None, list, dict]:
         v, pic, events, summary = self.side.call(

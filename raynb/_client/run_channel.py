@@ -74,6 +74,13 @@ class RunChannel:
             with contextlib.suppress(Exception):
                 ray.kill(self.launcher, no_restart=True)
 
+    def failed(self, outcome: dict[str, Any]) -> None:
+        """The registry records the run failed now (every kernel, ``down`` and ``ls`` see it); ``fit()``'s own outcome
+        follows when Ray Train has wound the run down."""
+        import ray
+
+        ray.get(self.registry.finished.remote(self.name, outcome), timeout=10)
+
     # --- the run's sink ---------------------------------------------------------------------------------------------
     def picture(self, version: int, events_seen: int, timeout: float) -> tuple[int, bytes | None, list, dict]:
         """(version, the pickled picture if newer than ``version``, events after ``events_seen``, summary); waits up

@@ -1,9 +1,11 @@
 """The kernel's handles on raynb's actors on the cluster: the run registry (created on first use, found by name), a
 new run's free name, and the spare launcher and sink kept warm for the next run (one pair per connection; a spare
-nobody claims exits by itself after ``SPARE_TTL_S``)."""
+nobody claims exits by itself after ``SPARE_TTL_S``). The spare launcher is the last run's where that run ended by
+itself: its process, with Ray Train and torch imported, serves run after run (``_remote/launcher.py``)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,7 +16,16 @@ from .._shared.seam import ACTIVE, NAMESPACE, REGISTRY_NAME, SPARE_TTL_S, on_hea
 from ..errors import UsageError
 from . import handles
 
-__all__ = ["registry", "find_registry", "free_name", "sink_actor", "prewarm", "take_spare", "drop_spare"]
+__all__ = [
+    "registry",
+    "find_registry",
+    "free_name",
+    "sink_actor",
+    "prewarm",
+    "take_spare",
+    "drop_taken",
+    "drop_spare",
+]
 
 
 def find_registry() -> Any | None:
@@ -78,11 +89,15 @@ def sink_actor(ttl_s: float | None = None) -> Any:
     return cls.options(lifetime="detached", namespace=NAMESPACE, resources=on_head()).remote(ttl_s=ttl_s)
 
 
-#: (launcher, sink, connection generation, launcher env) of the spare pair, if one is warm.
-_spare: tuple[Any, Any, int, tuple[tuple[str, str], ...]] | None = None
+EnvKey = tuple[tuple[str, str], ...]
+#: (launcher, sink, connection generation, launcher env, when made) of the spare pair, if one is warm.
+_spare: tuple[Any, Any, int, EnvKey, float] | None = None
+#: the launchers this process gave to runs, by run name (with the connection generation and their environment): one
+#: whose run ended by itself becomes the next spare (``prewarm(after=name)``)
+_taken: dict[str, tuple[Any, int, EnvKey]] = {}
 
 
-def _env_key(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+def _env_key(env: Mapping[str, str]) -> EnvKey:
     return tuple(sorted(env.items()))
 
 
@@ -97,37 +112,65 @@ def _new_pair(env: Mapping[str, str]) -> tuple[Any, Any]:
     return launcher, sink_actor(ttl_s=SPARE_TTL_S)
 
 
-def prewarm(env: Mapping[str, str]) -> None:
-    """Start a launcher (with Ray Train imported) and a sink for the next run, in the background; and the cluster's
-    run registry, if this is its first run. ``env``: the launcher's environment
-    (``_shared.worker_env.launcher_env``)."""
+def prewarm(env: Mapping[str, str], after: str | None = None) -> None:
+    """Make a launcher (with Ray Train imported) and a sink ready for the next run, in the background; and the
+    cluster's run registry, if this is its first run. ``env``: the launcher's environment
+    (``_shared.worker_env.launcher_env``). ``after``: a run this process started that has just ended by itself
+    (succeeded or failed, not stopped): its launcher is the next run's, where it has the same environment."""
     import ray
 
     global _spare
-    if not ray.is_initialized() or (_spare is not None and _spare[2] == handles.generation()):
+    ended = _taken.pop(after, None) if after is not None else None
+    gen, key = handles.generation(), _env_key(env)
+    if not ray.is_initialized() or (_spare is not None and _spare[2] == gen):
         return
     registry()
-    launcher, sink = _new_pair(env)
-    _spare = (launcher, sink, handles.generation(), _env_key(env))
+    if ended is not None and ended[1:] == (gen, key) and _alive(ended[0]):
+        launcher, sink = ended[0], sink_actor(ttl_s=SPARE_TTL_S)
+    else:
+        launcher, sink = _new_pair(env)
+    _spare = (launcher, sink, gen, key, time.monotonic())
 
 
-def take_spare(env: Mapping[str, str]) -> tuple[Any, Any]:
-    """The warm launcher and sink if they belong to this connection and this environment, else new ones; claimed, so
-    neither exits as an unclaimed spare would. ``env``: the launcher's environment."""
+def _alive(launcher: Any) -> bool:
+    """One short call: a launcher lost with its run (its node, its process) is replaced now, not at the next run."""
+    import ray
+
+    try:
+        return bool(ray.get(launcher.alive.remote(), timeout=5))
+    except Exception:  # noqa: BLE001 - dead, or too busy to answer: a new one then
+        return False
+
+
+def take_spare(env: Mapping[str, str], name: str) -> tuple[Any, Any]:
+    """The warm launcher and sink for run ``name`` if they belong to this connection and this environment, else new
+    ones; claimed, so neither exits as an unclaimed spare would. ``env``: the launcher's environment."""
     import ray
 
     global _spare
     spare, _spare = _spare, None
-    if spare is not None and spare[2] == handles.generation() and spare[3] == _env_key(env):
-        pair = spare[0], spare[1]
+    gen, key = handles.generation(), _env_key(env)
+    pair = None
+    if spare is not None and spare[2:4] == (gen, key):
         try:
-            ray.get([pair[0].claim.remote(), pair[1].claim.remote()], timeout=30)
-            return pair
+            if ray.get(spare[0].claim.remote(), timeout=30):  # False: it hosts a run (one started meanwhile)
+                pair = spare[0], spare[1]
+                if time.monotonic() - spare[4] < SPARE_TTL_S / 2:
+                    spare[1].claim.remote()  # made moments ago, maybe still starting: the run need not wait for it
+                else:
+                    ray.get(spare[1].claim.remote(), timeout=30)  # it may have expired
         except Exception:  # noqa: BLE001 - it expired (idle longer than SPARE_TTL_S) or died: start a new pair
-            pass
-    pair = _new_pair(env)
-    ray.get([pair[0].claim.remote(), pair[1].claim.remote()], timeout=120)
+            pair = None
+    if pair is None:
+        pair = _new_pair(env)
+        ray.get([pair[0].claim.remote(), pair[1].claim.remote()], timeout=120)
+    _taken[name] = (pair[0], gen, key)
     return pair
+
+
+def drop_taken(name: str) -> None:
+    """Run ``name`` did not start (its launcher was killed): its launcher is nobody's next."""
+    _taken.pop(name, None)
 
 
 def drop_spare() -> None:
@@ -136,6 +179,7 @@ def drop_spare() -> None:
 
     global _spare
     spare, _spare = _spare, None
+    _taken.clear()
     if spare is not None and ray.is_initialized():
         for actor in spare[:2]:
             try:

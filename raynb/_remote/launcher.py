@@ -1,40 +1,61 @@
 """The launcher actor that hosts ``TorchTrainer.fit()`` on the cluster (the spare kept warm for the next run is the
 kernel's: ``_client/spares.py``).
 
+A launcher serves one run at a time and, once its run has ended, the next run of the same kernel: the process and
+its import of Ray Train and torch (seconds of CPU on a small head, on the path of every cell) are paid once per
+connection, not once per run. Stopping a run still kills its launcher (and with it the controller and workers).
+
 ``fit()`` runs inside the launcher (``num_cpus=0``), never on the kernel's main thread: Ray Train installs its own
 SIGINT handler there and an interrupt would end the cell with ``SystemExit``. Aborting is ``ray.kill(launcher)``,
 which takes the Train controller and the workers with it (they are owned by the launcher).
 
 Launcher and sink are detached actors: the run belongs to the cluster and outlives the kernel that started it
-(``registry.py`` keeps their handles). A spare pair nobody claims within ``SPARE_TTL_S`` (its kernel went
-away) exits by itself, so a detached spare never lingers.
+(``registry.py`` keeps their handles). A launcher exits by itself once it has been idle -- no run, no claim -- for
+``SPARE_TTL_S`` after its start or a claim, or ``RECLAIM_S`` after its last run (time for the kernel to claim it
+for its next cell; when no kernel listens, it goes soon after its run), so a detached launcher never lingers.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import Any
 
 from .._shared.host import lease
 from .._shared.seam import SPARE_TTL_S
-from .detached import exit_unless_claimed
 
+#: an ended run's launcher exits unless claimed again within this (its kernel claims it as it sees the run end)
+RECLAIM_S = 60.0
 #: how long a running run's lease on the embedded head lasts without renewal (renewed every third of it)
 _LEASE_S = 90.0
 
 
 class Launcher:
-    """Hosts ``TorchTrainer.fit()`` on the cluster; one per run. Threaded (``max_concurrency``), so ``alive`` and
-    ``claim`` answer while ``fit`` runs."""
+    """Hosts ``TorchTrainer.fit()`` on the cluster, one run at a time. Threaded (``max_concurrency``), so ``alive``
+    and ``claim`` answer while ``fit`` runs."""
 
     def __init__(self, ttl_s: float = SPARE_TTL_S) -> None:
-        self._claimed = threading.Event()
-        exit_unless_claimed(self._claimed, ttl_s)
+        self._ttl_s = ttl_s
+        self._lock = threading.Lock()
+        self._fits = 0
+        self._exit_at = time.monotonic() + ttl_s
+        threading.Thread(target=self._exit_when_idle, name="raynb-launcher-idle", daemon=True).start()
 
     def claim(self) -> bool:
-        self._claimed.set()
-        return True
+        """Reserve this launcher for a run (the next ``SPARE_TTL_S``); False while it hosts one."""
+        with self._lock:
+            if self._fits:
+                return False
+            self._exit_at = time.monotonic() + self._ttl_s
+            return True
+
+    def _exit_when_idle(self) -> None:
+        while True:
+            time.sleep(min(5.0, self._ttl_s / 4))
+            with self._lock:  # held while exiting: a claim is either in before the check or refused by a dead actor
+                if not self._fits and time.monotonic() > self._exit_at:
+                    os._exit(0)
 
     def alive(self) -> bool:
         return True
@@ -59,10 +80,15 @@ class Launcher:
         import ray
 
         lease = _Lease(spec.get("leases_dir"), spec["name"])
+        with self._lock:
+            self._fits += 1
         try:
             outcome = self._fit(payload, config, spec, sink)
         finally:
             lease.end(spec.get("idle_after_s", 1800.0))
+            with self._lock:
+                self._fits -= 1
+                self._exit_at = time.monotonic() + min(RECLAIM_S, self._ttl_s)
         registry = spec.get("registry")
         if registry is not None:
             ray.get(registry.finished.remote(spec["name"], outcome))

@@ -87,14 +87,17 @@ class RunRegistry:
                     self._stalled.discard(name)
 
     async def finished(self, name: str, outcome: dict[str, Any]) -> None:
-        """Called by the run's launcher when ``fit()`` returns (with or without a kernel listening)."""
+        """Called by the run's launcher when ``fit()`` returns (with or without a kernel listening), and by the kernel
+        when a worker raised with no restart left (``outcome["early"]``: ``fit()``'s own outcome replaces it)."""
         run = self._runs.get(name)
-        if run is None or run["status"] not in ACTIVE:
+        if run is None:
+            return
+        if run["status"] not in ACTIVE:
+            if (run.get("outcome") or {}).get("early") and run["status"] == outcome.get("status"):
+                run["outcome"] = outcome  # the details (each rank's failure) of the failure already recorded
             return
         run.update(status=outcome.get("status", "failed"), ended=time.time(), outcome=outcome)
-        self._changed[name].set()
-        launcher = self._handles[name][0]
-        asyncio.get_running_loop().call_later(10.0, _kill, launcher)  # fit() returns now; then its process goes
+        self._changed[name].set()  # its launcher stays: the kernel's next run may take it (it exits when idle)
 
     async def stop(self, name: str, step: int | None = None, reason: str | None = None) -> dict[str, Any] | None:
         """Stop a running run: killing its launcher takes Train's controller and workers with it."""
@@ -169,14 +172,13 @@ class RunRegistry:
         run = self._runs.get(name)
         if run is None or run["status"] in ACTIVE:
             return run
-        launcher, sink = self._handles.pop(name)
+        _launcher, sink = self._handles.pop(name)
         del self._runs[name], self._changed[name]
         try:
             await asyncio.wait_for(sink.discard.remote(), 10)  # its spill file
         except Exception:  # noqa: BLE001 - gone already
             pass
-        _kill(sink)
-        _kill(launcher)
+        _kill(sink)  # the launcher is not the run's any more: it serves the next run or exits when idle
         return run
 
     async def _forget_old(self) -> None:

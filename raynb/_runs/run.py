@@ -20,12 +20,14 @@ from typing import Any, Literal
 
 from .._client import side
 from .._client.run_channel import echo_logs
+from .._current import active_run, ending, set_active, wait_for_ending
 from .._settings import Settings
 from .._shared.progress import Progress
 from .._shared.run_spec import RunSpec
 from .._shared.seam import RunChannel
 from .._shared.worker_env import launcher_env
 from ..errors import UsageError
+from .early_failure import FAILED_EARLY, WIND_DOWN_S, EarlyFailure
 from .journal import remember
 from .metrics_table import metrics_table
 from .run_error import RunError, assemble_error, nccl_hint, raise_unless_succeeded
@@ -37,17 +39,6 @@ _RERUN = "run its cell (or raynb.train(fn, ...)) again in this kernel: that run 
 RunStatus = Literal["pending", "starting", "running", "succeeded", "failed", "aborted", "detached"]
 #: the kernel follows the run no more: it ended, or ("detached") the connection was lost while it goes on
 TERMINAL: tuple[RunStatus, ...] = ("succeeded", "failed", "aborted", "detached")
-_active: Run | None = None
-
-
-def active_run() -> Run | None:
-    """The run this kernel is waiting on right now, if any (readable from other threads)."""
-    return _active
-
-
-def set_active(run: Run | None) -> None:
-    global _active
-    _active = run
 
 
 class Run:
@@ -72,6 +63,7 @@ class Run:
         self._stall_seen: tuple[float, dict[str, Any] | None] = (-1e9, None)  # when the cluster was last asked
         self._fit_outcome: dict[str, Any] | None = None
         self._fit_exc: BaseException | None = None
+        self._early = EarlyFailure(spec.max_failures)  # a worker raised with no restart left: failed already
         #: read every record into this kernel when the run ends (a run started here); an attached run's records
         #: stay on the cluster until asked for (``run.metrics``)
         self._keep_records = True
@@ -230,6 +222,7 @@ class Run:
 
     # --- lifecycle ----------------------------------------------------------------------------------------------
     def _start(self, payload: bytes) -> None:
+        wait_for_ending()  # a run just shown failed leaves its launcher to this one in a moment
         self.started_at = time.time()
         self.status = "starting"
         info = {"spec": self.spec.summary(), "user": f"{getpass.getuser()}@{socket.gethostname()}"}
@@ -260,8 +253,7 @@ class Run:
         """Follow a run found in the cluster's registry: its history replays from the first record, then live."""
         run = cls(RunSpec(**info["spec"]), settings)
         run.started_at, run.status = info["started"], "running"
-        run._channel = channel
-        run._keep_records = False
+        run._channel, run._keep_records = channel, False
         run.stream = MetricStream(channel, min_gap=settings.poll_gap_s).start()
         threading.Thread(target=run._watch_fit, name="raynb-fit-watch", daemon=True).start()
         return run
@@ -299,7 +291,7 @@ class Run:
         if in_main and previous is not signal.default_int_handler:
             signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
-            while not self._done.wait(period):
+            while not self._done.wait(period) and not self._early.due(self.events):
                 self._note_progress()
                 if on_tick:
                     on_tick()
@@ -314,7 +306,7 @@ class Run:
                 signal.signal(signal.SIGINT, previous)
             if on_tick:
                 on_tick()
-            if _active is self:
+            if active_run() is self:
                 set_active(None)
         return True
 
@@ -329,11 +321,12 @@ class Run:
             self.first_step_at = time.time()
 
     def _finish(self) -> None:
-        if self.stream:
-            self.stream.stop(final_drain=not self._lost_connection, keep_records=self._keep_records)
+        early = not self._done.is_set()  # a worker failed with no restart left: Ray Train still winds the run down
+        if not early:
+            self._drain()
         self._note_progress()
         self.ended_at = self.ended_at or time.time()
-        out = self._fit_outcome
+        out = FAILED_EARLY if early else self._fit_outcome
         if self._lost_connection:
             self.status = "detached"
         elif out is not None and out["status"] == "aborted":  # stopped from another kernel
@@ -353,8 +346,26 @@ class Run:
         else:
             self.status = "succeeded"
         self.result = out
-        # The launcher and sink belong to the cluster: the registry ends the launcher, the sink keeps the history.
-        self._prewarm_and_mark_ended()
+        # The sink keeps the history; the launcher serves this kernel's next run. An early failure is shown now, and
+        if early:  # the registry hears it now (every kernel, ls, down); the rest follows when fit() returns
+            assert self._channel is not None  # a run with events was started
+            with contextlib.suppress(Exception):
+                self._channel.failed(FAILED_EARLY)
+            ending(threading.Thread(target=self._wind_down, name="raynb-wind-down", daemon=True))
+        else:
+            self._prewarm()
+        self._mark_ended()
+
+    def _drain(self) -> None:
+        if self.stream:
+            self.stream.stop(final_drain=not self._lost_connection, keep_records=self._keep_records)
+
+    def _wind_down(self) -> None:
+        """After an early failure, once ``fit()`` returns: the last records, its outcome, its launcher to the next."""
+        self._done.wait(WIND_DOWN_S)
+        self._drain()
+        self.result = self._fit_outcome or self.result
+        self._prewarm()
 
     def abort(self, timeout: float = 5.0) -> None:
         """Stop the run now: the registry kills the launcher, which takes the Train controller and workers with it."""
@@ -364,22 +375,20 @@ class Run:
         if self._channel is not None:
             self._channel.stop(step)
         self._done.wait(timeout)
-        if self.stream:
-            self.stream.stop(final_drain=True, keep_records=self._keep_records)
+        self._drain()
         self.ended_at = time.time()
         self.status = "aborted"
         self.aborted_at_step = max(step, self.step)
-        self._prewarm_and_mark_ended()
+        self._prewarm()
+        self._mark_ended()
 
-    def _prewarm_and_mark_ended(self) -> None:
-        """A warm launcher for the next cell, then the end is in. Ending never waits on the spare: a cluster that
-        does not answer now (an agent being started again) must not leave ``wait()`` waiting forever."""
-        try:
-            side().prewarm(launcher_env(self.settings.health_check_interval_s))
-        except Exception:  # noqa: BLE001 - the next run starts its own launcher then
-            pass
-        finally:
-            self._mark_ended()
+    def _prewarm(self) -> None:
+        """A warm launcher for the next cell: a run that ended by itself leaves its own (one this kernel started: else
+        it is unknown). Never raises: a cluster that does not answer now (an agent being started again) must not
+        leave ``wait()`` waiting forever."""
+        with contextlib.suppress(Exception):  # the next run starts its own launcher then
+            after = self.name if self.status in ("succeeded", "failed") and self._done.is_set() else None
+            side().prewarm(launcher_env(self.settings.health_check_interval_s), after=after)
 
     def _mark_ended(self) -> None:
         """The final state is in: what follows the run (a background view) draws its last picture, then wait() returns."""

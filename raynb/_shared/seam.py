@@ -63,6 +63,10 @@ class RunChannel(Protocol):
 
     def stop(self, step: int | None = None) -> None: ...
 
+    def failed(self, outcome: dict[str, Any]) -> None:
+        """Tell the registry the run has failed (a worker raised with no restart left), before Ray Train says so."""
+        ...
+
     def picture(self, version: int, events_seen: int, timeout: float) -> tuple[int, bytes | None, list, dict]:
         """(version, the pickled picture if newer than ``version``, events after ``events_seen``, summary)."""
         ...
@@ -111,8 +115,9 @@ class ClusterSide(Protocol):
         "Resources"}, ...]}``: the cluster's resources now, as plain data."""
         ...
 
-    def prewarm(self, env: Mapping[str, str]) -> None:
-        """Make the registry, and a launcher and sink ready for the next run (``env``: the launcher's)."""
+    def prewarm(self, env: Mapping[str, str], after: str | None = None) -> None:
+        """Make the registry, and a launcher and sink ready for the next run (``env``: the launcher's); ``after``: a
+        run this kernel started that ended by itself, whose launcher serves the next run."""
         ...
 
     def drop_spare(self) -> None:

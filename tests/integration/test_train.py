@@ -265,6 +265,44 @@ def test_a_run_whose_launcher_is_lost_ends_failed_for_every_kernel(cluster: rayn
     assert row["status"] == "failed", row
 
 
+def test_a_failing_rank_ends_the_cell_at_once_and_its_launcher_serves_the_next_run(cluster: raynb.Cluster) -> None:
+    """Issue 41: rank 1 raises on the run's only attempt while rank 0 goes on: the run is failed with rank 1's error
+    as soon as that worker's event comes in, and the cluster's registry says so at once, Ray Train's controller
+    winding the group down behind the cell; once it has, the run and the registry hold fit()'s own outcome; and the
+    next run of this kernel takes the same launcher process (Ray Train and torch imported once per connection, not
+    once per run)."""
+    from raynb._current import wait_for_ending
+
+    def fails(config: dict) -> None:
+        import time
+
+        import ray.train
+
+        if ray.train.get_context().get_world_rank() == 1:
+            raise ValueError("rank 1 gives up")
+        time.sleep(30)  # rank 0 goes on until Ray Train stops it
+
+    run = raynb.train(fails, workers=2, display=False, name="fails-at-once")
+    assert run.status == "failed" and "Rank 1 of 2 failed with ValueError: rank 1 gives up" in str(run.error), run.error
+    (row,) = [r for r in raynb.runs().rows if r["name"] == "fails-at-once"]
+    assert row["status"] == "failed", row  # for every kernel, `ls` and `down` at once
+    wait_for_ending(60)
+    assert run.result is not None and run.result["status"] == "failed" and run.result.get("failures"), run.result
+    assert run._channel is not None
+    entry = run._channel.entry()
+    assert entry is not None and entry["outcome"].get("failures"), entry  # fit()'s own outcome, once it returned
+
+    def reports(config: dict) -> None:
+        import raynb
+
+        raynb.report(loss=1.0)
+
+    after = raynb.train(reports, workers=1, display=False, name="after-fails-at-once")
+    assert after.status == "succeeded", after.error
+    assert after._channel is not None and run._channel is not None
+    assert after._channel.launcher._actor_id == run._channel.launcher._actor_id, "a new launcher for the next run"
+
+
 def test_a_run_says_how_far_it_is_and_the_cluster_stops_it_when_it_stalls(cluster: raynb.Cluster) -> None:
     """Issue 42 on a real run: a 4-s "compile" before the first step is no stall; with ``total_steps=20`` the view
     shows the bar and, half-way, a time left within the spread of what was really left; then the function blocks
