@@ -10,7 +10,9 @@ started, how long its first step (the compile in it) took, its CPU threads and n
 cache and how many FX-graph cache hits and misses the compile had. The bare process gets Inductor and Triton caches of
 its own (fresh directories), so it warms nothing for raynb's first run; raynb's two runs use what the workers' own
 environment gives, emptied before the first. Targets (issue 39): raynb cold <= bare + 10 s; the second <= 0.6 x the
-first.
+first. A second baseline, plain Ray Train (``TorchTrainer(...).fit()`` from a driver of its own on the same head,
+the same GPU and CPUs), runs last, so it meets the node's compile cache as raynb's second run does: the two
+differ only in the way to the function (``raynb_second_minus_plain_fit_s``).
 
 Records: ``bench/results/first_step-h100-2026-12-06{,b}.json`` (one H100, two invocations; NOTES.md). Run it on the
 device as its README says (the Ray wheels, PYTHONPATH with the project root, RAYNB_LOCAL_DASHBOARD=0,
@@ -44,16 +46,19 @@ def first_step(config: dict[str, Any]) -> dict[str, Any]:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     started = time.time()
+    shape = {"hidden_size": 1536, "intermediate_size": 8960, "num_attention_heads": 12, "vocab_size": 151936}
+    if config.get("dry_run"):  # the bench's own check on a CPU: a tiny model of the same architecture
+        shape = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "vocab_size": 1024}
     cfg = Qwen2Config(
-        hidden_size=1536, intermediate_size=8960, num_hidden_layers=config["layers"], num_attention_heads=12,
-        num_key_value_heads=2, vocab_size=151936, max_position_embeddings=32768, rope_theta=1e6,
-        tie_word_embeddings=True,
+        **shape, num_hidden_layers=config["layers"], num_key_value_heads=2, max_position_embeddings=32768,
+        rope_theta=1e6, tie_word_embeddings=True,
     )  # fmt: skip
+    device = "cpu" if config.get("dry_run") else "cuda"
     torch.manual_seed(0)
-    model = Qwen2ForCausalLM(cfg).to("cuda", torch.bfloat16)
+    model = Qwen2ForCausalLM(cfg).to(device, torch.bfloat16)
     model = torch.compile(model)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    ids = torch.randint(0, cfg.vocab_size, (config["batch"], config["seq"]), device="cuda")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device == "cuda")
+    ids = torch.randint(0, cfg.vocab_size, (config["batch"], config["seq"]), device=device)
     t0 = time.time()
     loss = model(input_ids=ids, labels=ids).loss
     loss.backward()
@@ -110,11 +115,60 @@ def bare(config: dict[str, Any]) -> dict[str, Any]:
     return {**got, "to_fn_s": got["fn_started"] - t_call, "to_first_step_s": got["step_done"] - t_call}
 
 
+def plain_fit(config: dict[str, Any], cpus: float) -> dict[str, Any]:
+    """``first_step`` as plain Ray Train runs it on the same head: a fresh driver that has imported Ray Train and
+    connected (as a notebook's earlier cells would), then ``TorchTrainer(...).fit()`` timed from its call; one GPU
+    worker with the CPUs raynb gives it, so only the way there differs."""
+    from raynb._cluster.embedded_head import HOST, find_head, state_dir
+
+    head = find_head()
+    assert head is not None, "raynb's embedded head is not up"
+    address = f"{HOST}:{head.ports['gcs_port']}"
+    env = dict(os.environ)
+    if head.auth_mode == "token":  # the head asks every driver for its token
+        env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(state_dir() / "auth_token"))
+    gpu = not config.get("dry_run")
+    resources = {"CPU": cpus, **({"GPU": 1} if gpu else {})}
+    out = Path(tempfile.mkdtemp(prefix="plain-fit-")) / "result.json"
+    code = f"""
+import json, sys, time
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+import ray
+import ray._private.services
+import ray.cloudpickle
+from ray.train import RunConfig, ScalingConfig
+from ray.train.torch import TorchTrainer
+import first_step as b
+ray.cloudpickle.register_pickle_by_value(b)  # the worker has no bench/ on its path
+first_step = b.first_step  # the function travels by value, not the module (which holds what it imported)
+# raynb's embedded head listens on the loopback only, and Ray would turn 127.0.0.1 into the node's own IP
+ray._private.services.resolve_ip_for_localhost = lambda host: host
+ray.init(address={address!r}, _node_ip_address="127.0.0.1", logging_level="ERROR")
+
+def fn(cfg):  # one worker
+    import json
+    open({str(out)!r}, "w").write(json.dumps(first_step(cfg)))
+
+t_call = time.time()
+TorchTrainer(fn, train_loop_config={config!r},
+             scaling_config=ScalingConfig(num_workers=1, use_gpu={gpu!r}, resources_per_worker={resources!r}),
+             run_config=RunConfig(name="first-step-plain-" + str(int(t_call)))).fit()
+print("CALLED " + json.dumps(t_call), flush=True)
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900, env=env)
+    line = [ln for ln in p.stdout.splitlines() if ln.startswith("CALLED ")]
+    assert line and out.exists(), p.stderr[-3000:]
+    t_call = float(line[0][7:])
+    got = json.loads(out.read_text())
+    return {**got, "to_fn_s": got["fn_started"] - t_call, "to_first_step_s": got["step_done"] - t_call}
+
+
 def with_raynb(config: dict[str, Any], name: str) -> dict[str, Any]:
     import raynb
 
     t_call = time.time()
-    run = raynb.train(raynb_fn, workers=1, gpu=True, config=config, display=False, name=name)
+    gpu = not config.get("dry_run")
+    run = raynb.train(raynb_fn, workers=1, gpu=gpu, config=config, display=False, name=name)
     assert run.status == "succeeded", run.error
     (rec,) = [r for r in run.records if r.get("step") == 1 and r.get("kind") is None]
     got = {k: rec[k] for k in rec if k not in ("rank", "step", "time", "attempt")}
@@ -138,8 +192,12 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=2048)
     ap.add_argument("--out", help="also write the JSON record to this file (bench/results/...)")
+    ap.add_argument("--no-plain", action="store_true", help="leave out the plain TorchTrainer.fit() baseline")
+    ap.add_argument("--dry-run", action="store_true", help="the bench's own check on a CPU: a tiny model, no GPU")
     args = ap.parse_args()
     config = {"layers": args.layers, "batch": args.batch, "seq": args.seq}
+    if args.dry_run:
+        config = {"layers": 1, "batch": 2, "seq": 32, "dry_run": True}
     import raynb
 
     for d in (Path(tempfile.gettempdir()) / f"torchinductor_{os.environ.get('USER', 'root')}", Path.home() / ".triton"):
@@ -151,10 +209,14 @@ def main() -> None:
     out["up_s"] = time.time() - t0
     out["raynb_first"] = with_raynb(config, "first-step-1")
     out["raynb_second"] = with_raynb(config, "first-step-2")
+    if not args.no_plain:  # after raynb's runs: it finds the node's compile cache warm, as raynb's second run does
+        out["plain_fit_warm_cache"] = plain_fit(config, out["raynb_first"]["cpus_per_worker"])
     raynb.down(progress=lambda m: None)
     first, second, b = (out[k]["to_first_step_s"] for k in ("raynb_first", "raynb_second", "bare"))
     out["raynb_minus_bare_s"] = first - b
     out["second_over_first"] = second / first
+    if "plain_fit_warm_cache" in out:
+        out["raynb_second_minus_plain_fit_s"] = second - out["plain_fit_warm_cache"]["to_first_step_s"]
     out["targets"] = "raynb cold <= bare + 10 s; the second cold run <= 0.6 x the first (issue 39)"
     emit(out, args.out)
 
