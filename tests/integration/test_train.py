@@ -265,12 +265,14 @@ def test_a_run_whose_launcher_is_lost_ends_failed_for_every_kernel(cluster: rayn
     assert row["status"] == "failed", row
 
 
-def test_a_failing_rank_ends_the_cell_at_once_and_its_launcher_serves_the_next_run(cluster: raynb.Cluster) -> None:
+def test_a_failing_rank_ends_the_cell_at_once_and_leaves_its_launcher_to_the_next_run(cluster: raynb.Cluster) -> None:
     """Issue 41: rank 1 raises on the run's only attempt while rank 0 goes on: the run is failed with rank 1's error
     as soon as that worker's event comes in, and the cluster's registry says so at once, Ray Train's controller
     winding the group down behind the cell; once it has, the run and the registry hold fit()'s own outcome; and the
-    next run of this kernel takes the same launcher process (Ray Train and torch imported once per connection, not
-    once per run)."""
+    kernel keeps the run's launcher process for its next run (Ray Train and torch imported once per connection, not
+    once per run: the stall test's run below takes it; the quickstart in tests/packaging fails a run right after
+    another)."""
+    from raynb._client import spares
     from raynb._current import wait_for_ending
 
     def fails(config: dict) -> None:
@@ -291,16 +293,10 @@ def test_a_failing_rank_ends_the_cell_at_once_and_its_launcher_serves_the_next_r
     assert run._channel is not None
     entry = run._channel.entry()
     assert entry is not None and entry["outcome"].get("failures"), entry  # fit()'s own outcome, once it returned
-
-    def reports(config: dict) -> None:
-        import raynb
-
-        raynb.report(loss=1.0)
-
-    after = raynb.train(reports, workers=1, display=False, name="after-fails-at-once")
-    assert after.status == "succeeded", after.error
-    assert after._channel is not None and run._channel is not None
-    assert after._channel.launcher._actor_id == run._channel.launcher._actor_id, "a new launcher for the next run"
+    spare = spares._spare  # what the next cell claims (the next test's run takes it)
+    assert spare is not None and spare[0]._actor_id == run._channel.launcher._actor_id, (
+        "a new launcher for the next run"
+    )
 
 
 def test_a_run_says_how_far_it_is_and_the_cluster_stops_it_when_it_stalls(cluster: raynb.Cluster) -> None:
