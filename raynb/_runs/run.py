@@ -346,8 +346,8 @@ class Run:
         else:
             self.status = "succeeded"
         self.result = out
-        # The sink keeps the history; the launcher serves this kernel's next run. An early failure is shown now, and
-        if early:  # the registry hears it now (every kernel, ls, down); the rest follows when fit() returns
+        # The sink keeps the history; the launcher serves this kernel's next run. An early failure is in the registry
+        if early:  # now (every kernel, ls, down); its last records, outcome and launcher follow when fit() returns
             assert self._channel is not None  # a run with events was started
             with contextlib.suppress(Exception):
                 self._channel.failed(FAILED_EARLY)
