@@ -283,6 +283,9 @@ def connect(
     About 1 in 25 connects fail with ``ConnectionAbortedError`` while a previous client's server process is still
     shutting down (measured on Ray 2.58); those are retried until ``timeout``.
     """
+    say = progress or (lambda _m: None)
+    t0 = time.monotonic()
+    say(f"connecting to {address} with Ray Client (the head starts a server process for this kernel) ...")
     if token_path:
         use_token(token_path)
     else:
@@ -290,12 +293,11 @@ def connect(
     auth_preflight(dashboard_url)  # before `import ray`: Ray fixes its auth mode at import
     import ray
 
-    say = progress or (lambda _m: None)
     _drop_client()
     _filter_known_noise()
     if reconnect_grace_s is not None:
         os.environ["RAY_CLIENT_RECONNECT_GRACE_PERIOD"] = str(max(round(reconnect_grace_s), 1))
-    deadline = time.monotonic() + timeout
+    deadline = t0 + timeout
     attempt, last = 0, None
     while time.monotonic() < deadline:
         attempt += 1
@@ -305,7 +307,8 @@ def connect(
             )
             handles.new_connection()
             res = ray.cluster_resources()
-            say(f"connected to {address} ({res.get('CPU', 0):g} CPUs, {res.get('GPU', 0):g} GPUs)")
+            took = time.monotonic() - t0
+            say(f"connected to {address} in {took:.1f} s ({res.get('CPU', 0):g} CPUs, {res.get('GPU', 0):g} GPUs)")
             return
         except RuntimeError as e:  # Ray Client refuses a kernel whose Ray or Python differs from the cluster's
             if (versions := cluster_versions(str(e))) is None:
