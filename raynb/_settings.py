@@ -98,7 +98,7 @@ class Settings:
         "auto",
         "how the kernel reaches a cluster: Ray Client ('client': needs the cluster's Python minor and Ray), Ray Jobs "
         "('jobs': any Python and Ray; a cell travels as source and plain data), or 'auto': Ray Client where they "
-        "match, Ray Jobs where they do not",
+        "match, Ray Jobs where they do not, and a plain Ray driver for the embedded head on this machine",
         "--via",
     )
     agent_port: int = option(

@@ -45,6 +45,7 @@ def connected() -> bool:
     return bool(ray.is_initialized())
 
 
+@handles.calls_ray
 def resources() -> dict[str, Any]:
     """The cluster's resources now, and each node's, as plain data."""
     import ray
@@ -57,6 +58,7 @@ def resources() -> dict[str, Any]:
     }
 
 
+@handles.calls_ray
 def start_run(name: str, info: dict[str, Any], launcher_env: Mapping[str, str]) -> RunChannel:
     """Register a new run under ``name`` with the warm launcher and sink (``info``: what a later kernel reads of it).
     ``launcher_env``: the launcher's environment. Refused when another kernel took the name a moment ago."""
@@ -73,6 +75,7 @@ def start_run(name: str, info: dict[str, Any], launcher_env: Mapping[str, str]) 
     return RunChannel(name, reg, launcher, sink)
 
 
+@handles.calls_ray
 def find_run(name: str) -> tuple[dict[str, Any], RunChannel] | None:
     """The registry's entry for run ``name`` and a channel to it (None: no such run on this cluster)."""
     import ray
@@ -85,6 +88,7 @@ def find_run(name: str) -> tuple[dict[str, Any], RunChannel] | None:
     return info, RunChannel(name, reg, handles.typed(launcher, Launcher), handles.typed(sink, MetricsSink))
 
 
+@handles.calls_ray
 def list_runs() -> list[dict[str, Any]]:
     """Every run the cluster keeps (running, and finished ones not yet removed), with its latest step."""
     import ray
@@ -93,6 +97,7 @@ def list_runs() -> list[dict[str, Any]]:
     return [] if reg is None else list(ray.get(reg.rows.remote()))
 
 
+@handles.calls_ray
 def active_runs() -> list[str]:
     """Names of the runs going on."""
     import ray
@@ -101,6 +106,7 @@ def active_runs() -> list[str]:
     return [] if reg is None else list(ray.get(reg.active.remote()))
 
 
+@handles.calls_ray
 def remove_run(name: str) -> dict[str, Any] | None:
     """Forget a finished run and its history; the entry as it was (an active run's: not removed), or None."""
     import ray
@@ -109,6 +115,7 @@ def remove_run(name: str) -> dict[str, Any] | None:
     return found
 
 
+@handles.calls_ray
 def head_started_at() -> float | None:
     """When the cluster's registry started (about when its head did; None: a registry that cannot say)."""
     import ray
@@ -124,6 +131,7 @@ def open_warm(workers: int, idle_s: float) -> WarmChannel:
     return WarmChannel(workers, idle_s)
 
 
+@handles.calls_ray
 def run_task(fn: Callable[..., T], *args: Any, node_id: str | None = None, timeout: float = 120.0) -> T:
     """``fn(*args)`` as a task on the cluster (0 CPUs; on node ``node_id`` if given), its answer."""
     import ray

@@ -1,13 +1,60 @@
-"""This kernel's Ray Client connections as raynb's handles see them: which connection is this one (actors of an
-earlier one are gone), and handles that know their methods without asking the cluster."""
+"""This kernel's Ray connections as raynb's handles see them: which connection is this one (actors of an earlier one
+are gone), the gate every call of the kernel's side goes through, and handles that know their methods without asking
+the cluster.
+
+The gate: a kernel that is a plain Ray driver of its head (``_cluster/driver.py``) is ended by Ray when one of its
+threads has a Ray call in flight while the connection shuts down ("The core worker has already been shutdown ... The
+process will exit"). Every call of the seam's Ray side (``cluster_side``, ``run_channel``, ``warm_channel``,
+``spares``) is made inside :func:`calls_ray`; :func:`close`, before any ``ray.shutdown()``, refuses new calls and
+waits for those in flight. No call blocks long for that reason: each waits a few seconds at most, then asks again."""
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-__all__ = ["generation", "new_connection", "typed"]
+from ..errors import NotConnectedError
+
+__all__ = ["generation", "new_connection", "typed", "calls_ray", "close"]
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 _generation = 0
+_gate = threading.Condition()
+_in_flight = 0
+_closed = False
+
+
+def calls_ray(fn: F) -> F:
+    """Make ``fn`` (a call of the seam's Ray side) inside the gate: refused once the connection is closing."""
+
+    @functools.wraps(fn)
+    def gated(*args: Any, **kwargs: Any) -> Any:
+        global _in_flight
+        with _gate:
+            if _closed:
+                raise NotConnectedError(
+                    "This kernel has disconnected from the cluster.", fix="`%raycluster up` connects it again"
+                )
+            _in_flight += 1
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            with _gate:
+                _in_flight -= 1
+                _gate.notify_all()
+
+    return gated  # type: ignore[return-value]
+
+
+def close(timeout: float = 20.0) -> bool:
+    """Refuse new calls and wait (at most ``timeout``) for those in flight: True when none is left."""
+    global _closed
+    with _gate:
+        _closed = True
+        return _gate.wait_for(lambda: _in_flight == 0, timeout)
 
 
 def generation() -> int:
@@ -17,8 +64,10 @@ def generation() -> int:
 
 def new_connection() -> None:
     """A connection was made (``_session.connect``): handles and spares kept for the previous one are stale."""
-    global _generation
-    _generation += 1
+    global _generation, _closed
+    with _gate:
+        _generation += 1
+        _closed = False
 
 
 def typed(handle: Any, cls: type) -> Any:

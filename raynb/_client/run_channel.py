@@ -10,8 +10,12 @@ from collections.abc import Callable
 from typing import Any
 
 from .._shared.picture import log_line
+from . import handles
 
 __all__ = ["RunChannel", "echo_logs"]
+
+#: the longest one call of a run's outcome waits before asking again
+WAIT_S = 2.0
 
 
 def echo_logs(channel: Any, ended: Callable[[], bool]) -> None:
@@ -37,6 +41,7 @@ class RunChannel:
         self._fit: Any = None  # the launcher's fit() call, when this kernel started the run
 
     # --- the run's life -------------------------------------------------------------------------------------------
+    @handles.calls_ray
     def launch(self, payload: bytes, config: dict[str, Any], spec: dict[str, Any]) -> None:
         """Start ``fit()`` in the launcher (returns at once); ``spec`` is what the launcher needs besides the cell."""
         self._fit = self.launcher.fit.remote(payload, config, {**spec, "registry": self.registry}, self.sink)
@@ -49,13 +54,30 @@ class RunChannel:
 
         if self._fit is not None:
             try:
-                return ray.get(self._fit), None
+                while (answer := self._fit_answer(WAIT_S)) is None:
+                    pass
+                return answer, None
             except ray.exceptions.RayActorError:
                 pass  # the launcher stopped, lost or out of reach for a moment: the registry tells which, and records it
-        while (info := ray.get(self.registry.wait.remote(self.name, 10.0))) is None:
+        while (info := self._registry_wait(WAIT_S)) is None:
             pass
         return info.get("outcome") or {"status": info["status"]}, info.get("ended")
 
+    # each wait is short, so that a kernel disconnecting never waits long for this call to leave the gate
+    @handles.calls_ray
+    def _fit_answer(self, timeout: float) -> dict[str, Any] | None:
+        import ray
+
+        done, _ = ray.wait([self._fit], timeout=timeout)
+        return ray.get(self._fit) if done else None
+
+    @handles.calls_ray
+    def _registry_wait(self, timeout: float) -> dict[str, Any] | None:
+        import ray
+
+        return ray.get(self.registry.wait.remote(self.name, timeout))
+
+    @handles.calls_ray
     def entry(self, timeout: float | None = None) -> dict[str, Any] | None:
         """What the registry holds of the run now (None: no such run any more)."""
         import ray
@@ -63,6 +85,7 @@ class RunChannel:
         found = ray.get(self.registry.get.remote(self.name), timeout=timeout)
         return None if found is None else found[0]
 
+    @handles.calls_ray
     def stop(self, step: int | None = None) -> None:
         """Stop the run: the registry kills the launcher, which takes the Train controller and workers with it; if the
         registry does not answer, the launcher is killed from here."""
@@ -74,6 +97,7 @@ class RunChannel:
             with contextlib.suppress(Exception):
                 ray.kill(self.launcher, no_restart=True)
 
+    @handles.calls_ray
     def failed(self, outcome: dict[str, Any]) -> None:
         """The registry records the run failed now (every kernel, ``down`` and ``ls`` see it); ``fit()``'s own outcome
         follows when Ray Train has wound the run down."""
@@ -82,6 +106,7 @@ class RunChannel:
         ray.get(self.registry.finished.remote(self.name, outcome), timeout=10)
 
     # --- the run's sink ---------------------------------------------------------------------------------------------
+    @handles.calls_ray
     def picture(self, version: int, events_seen: int, timeout: float) -> tuple[int, bytes | None, list, dict]:
         """(version, the pickled picture if newer than ``version``, events after ``events_seen``, summary); waits up
         to ``timeout`` for something new."""
@@ -90,6 +115,7 @@ class RunChannel:
         version, pic, events, summary = ray.get(self.sink.picture.remote(version, events_seen, timeout))
         return version, pic, events, summary
 
+    @handles.calls_ray
     def records(self, cursor: int, chunk: int) -> list[dict[str, Any]]:
         """Up to ``chunk`` records from index ``cursor`` on."""
         import ray
@@ -97,6 +123,7 @@ class RunChannel:
         _cursor, recs, _ = ray.get(self.sink.read.remote(cursor, 1 << 62, 0.0, chunk))
         return list(recs)
 
+    @handles.calls_ray
     def watch(self, total: float | None, factor: float, min_s: float) -> dict[str, Any]:
         """How far the run is and its stall verdict, with each rank's last printed line."""
         import ray
@@ -104,6 +131,7 @@ class RunChannel:
         found: dict[str, Any] = ray.get(self.sink.watch.remote(total, factor, min_s), timeout=10)
         return found
 
+    @handles.calls_ray
     def logs(
         self, after: int, rank: int | None, tail: int | None, timeout: float | None = None
     ) -> tuple[int, list[dict[str, Any]], int]:

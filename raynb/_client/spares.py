@@ -28,6 +28,7 @@ __all__ = [
 ]
 
 
+@handles.calls_ray
 def find_registry() -> Any | None:
     """The cluster's registry if it exists (None before the first run)."""
     import ray
@@ -44,6 +45,7 @@ def find_registry() -> Any | None:
 _known: tuple[int, Any] | None = None
 
 
+@handles.calls_ray
 def registry() -> Any:
     """The cluster's registry, created on first use (detached: it outlives every kernel; 0 CPUs, on the head)."""
     import ray
@@ -60,6 +62,7 @@ def registry() -> Any:
     return handle
 
 
+@handles.calls_ray
 def free_name(name: str, *, given: bool) -> str:
     """``name`` if no run on the cluster has it. A name the user gave is refused while a run of that name goes on
     (a finished one is replaced: the same name resumes a Ray Train run from its checkpoints); a made-up name that is
@@ -80,6 +83,7 @@ def free_name(name: str, *, given: bool) -> str:
     raise UsageError(f"Runs {name}, {name}-2 ... {name}-99 all exist.", fix="give the run a name: --name NAME")
 
 
+@handles.calls_ray
 def sink_actor(ttl_s: float | None = None) -> Any:
     """Create a detached sink actor for one run (0 CPUs, so it never competes with training for a slot; on the head
     node, so the run's history survives the loss of a worker node). ``ttl_s``: exit unless claimed by then."""
@@ -101,6 +105,7 @@ def _env_key(env: Mapping[str, str]) -> EnvKey:
     return tuple(sorted(env.items()))
 
 
+@handles.calls_ray
 def _new_pair(env: Mapping[str, str]) -> tuple[Any, Any]:
     import ray
 
@@ -112,6 +117,7 @@ def _new_pair(env: Mapping[str, str]) -> tuple[Any, Any]:
     return launcher, sink_actor(ttl_s=SPARE_TTL_S)
 
 
+@handles.calls_ray
 def prewarm(env: Mapping[str, str], after: str | None = None) -> None:
     """Make a launcher (with Ray Train imported) and a sink ready for the next run, in the background; and the
     cluster's run registry, if this is its first run. ``env``: the launcher's environment
@@ -132,6 +138,7 @@ def prewarm(env: Mapping[str, str], after: str | None = None) -> None:
     _spare = (launcher, sink, gen, key, time.monotonic())
 
 
+@handles.calls_ray
 def _alive(launcher: Any) -> bool:
     """One short call: a launcher lost with its run (its node, its process) is replaced now, not at the next run."""
     import ray
@@ -142,6 +149,7 @@ def _alive(launcher: Any) -> bool:
         return False
 
 
+@handles.calls_ray
 def take_spare(env: Mapping[str, str], name: str) -> tuple[Any, Any]:
     """The warm launcher and sink for run ``name`` if they belong to this connection and this environment, else new
     ones; claimed, so neither exits as an unclaimed spare would. ``env``: the launcher's environment."""
@@ -173,6 +181,7 @@ def drop_taken(name: str) -> None:
     _taken.pop(name, None)
 
 
+@handles.calls_ray
 def drop_spare() -> None:
     """Kill the warm spare pair (at kernel exit: detached actors do not go with the connection)."""
     import ray

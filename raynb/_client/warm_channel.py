@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import handles
+
 __all__ = ["WarmChannel"]
 
 
 class WarmChannel:
     """One warm group's mailbox. ``token`` goes into the warm run's config: it is what the workers poll."""
 
+    @handles.calls_ray
     def __init__(self, workers: int, idle_s: float) -> None:
         import ray
 
@@ -21,6 +24,7 @@ class WarmChannel:
         cls = ray.remote(num_cpus=0, max_concurrency=64, resources=on_head())(WarmMailbox)  # outlives a worker node
         self.token: Any = cls.remote(workers, idle_s)
 
+    @handles.calls_ray
     def post(self, cell: dict[str, Any]) -> int:
         """Hand a cell to every rank; its id."""
         import ray
@@ -28,6 +32,7 @@ class WarmChannel:
         cell_id: int = ray.get(self.token.put.remote(cell))
         return cell_id
 
+    @handles.calls_ray
     def results(self, cell_id: int, timeout: float) -> dict[int, dict[str, Any]]:
         """The ranks' results for the cell so far, waiting up to ``timeout`` for one more."""
         import ray
@@ -35,15 +40,18 @@ class WarmChannel:
         got: dict[int, dict[str, Any]] = ray.get(self.token.results.remote(cell_id, timeout))
         return got
 
+    @handles.calls_ray
     def interrupt(self, cell_id: int) -> None:
         """Ask every rank to stop the cell (returns at once)."""
         self.token.interrupt.remote(cell_id)
 
+    @handles.calls_ray
     def idle_for(self) -> float:
         import ray
 
         return float(ray.get(self.token.idle_for.remote(), timeout=10))
 
+    @handles.calls_ray
     def stop(self) -> None:
         """Tell every rank to leave its loop: the warm run ends."""
         import ray

@@ -64,6 +64,9 @@ class AddressBackend:
         """The address as given, and the dashboard's (the cluster then chooses Ray Client or Ray Jobs)."""
         return self.address, self.dashboard_url
 
+    def driver_address(self) -> None:
+        return None  # a head elsewhere: Ray Client or Ray Jobs
+
     def token_path(self) -> str | None:
         return self.token_file
 

@@ -65,6 +65,11 @@ class Backend(Protocol):
         """The Ray Client address and dashboard URL to connect to (opening port-forwards, checking versions)."""
         ...
 
+    def driver_address(self) -> str | None:
+        """The head's GCS address where this kernel may connect as a plain Ray driver (the head runs on this machine
+        with the kernel's Python and Ray: ``driver.py``); None: through Ray Client or Ray Jobs."""
+        ...
+
     def token_path(self) -> str | None:
         """Ray's auth token for this cluster, when it is in token mode and raynb holds the token."""
         ...

@@ -1,8 +1,10 @@
 """How the kernel reaches a cluster: Ray Client (the kernel's Python minor and Ray are the cluster's; code objects
 cross), or Ray Jobs through raynb's agent (``_agent/``; they differ: a cell crosses as source and plain data). The
 ``connect_via`` setting forces either; ``auto`` asks the dashboard for the cluster's Ray first, and takes Ray Jobs
-also when Ray Client refuses a Python that differs. The seam implementation chosen is the one kernel code gets
-from ``_client.side()``."""
+also when Ray Client refuses a Python that differs. The embedded head, on the kernel's own machine with its Python
+and Ray, is reached under ``auto`` as plain Ray reaches it, by a driver (``driver.py``): the same Ray handles as Ray
+Client's, without a server process per kernel. The seam implementation chosen is the one kernel code gets from
+``_client.side()``."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from .._client import side, use
 from .._settings import Settings
 from .._shared.worker_env import job_env, launcher_env
 from ..errors import UsageError, VersionMismatchError
-from . import session
+from . import driver, session
 from .backend import Say
 
 if TYPE_CHECKING:
@@ -26,6 +28,10 @@ __all__ = ["connect"]
 
 def connect(backend: Backend, settings: Settings, address: str, dashboard_url: str | None, say: Say) -> str:
     """Connect this kernel to the cluster at ``address``; how, and why, in words (``%raycluster status`` says it)."""
+    gcs = backend.driver_address()
+    if settings.connect_via == "auto" and gcs and driver.available():
+        _connect_driver(backend, settings, gcs, say)
+        return f"as a Ray driver at {gcs}: the head runs on this machine with the kernel's Python and Ray"
     path = backend.token_path()
     token = Path(path).read_text().strip() if path else None
     via, why = _choose(settings, address, dashboard_url, token=token, image=backend.image_versions())
@@ -88,6 +94,24 @@ def _connect_client(backend: Backend, settings: Settings, address: str, dashboar
     )
     use(None)
     side().prewarm(launcher_env(settings.health_check_interval_s))  # the first run then starts as fast as a bare fit()
+
+
+def _connect_driver(backend: Backend, settings: Settings, gcs_address: str, say: Say) -> None:
+    session.disconnect()
+    path = backend.token_path()
+    if path:
+        session.use_token(path)
+    else:
+        session.forget_token()
+        session.match_auth_mode(token=False)
+    driver.connect(
+        gcs_address,
+        runtime_env={"env_vars": job_env(), **backend.runtime_env()},
+        timeout=settings.connect_timeout_s,
+        say=say,
+    )
+    use(None)
+    side().prewarm(launcher_env(settings.health_check_interval_s))
 
 
 def _connect_jobs(backend: Backend, settings: Settings, dashboard_url: str | None, why: str, say: Say) -> str:

@@ -26,6 +26,11 @@ class EmbeddedBackend:
     def reach(self, say: Say) -> tuple[str, str | None]:
         return self.head.client_address, self.head.dashboard_url
 
+    def driver_address(self) -> str | None:
+        from .head_fitness import why_unfit
+
+        return None if why_unfit(self.head) else self.head.gcs_address
+
     def token_path(self) -> str | None:
         return self.head.token_path
 

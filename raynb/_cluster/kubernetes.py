@@ -74,6 +74,9 @@ class KubernetesBackend:
         """A port-forward to the agent's port of the head pod, as for Ray Client's and the dashboard's."""
         return f"http://{self.forward(port).address}"
 
+    def driver_address(self) -> None:
+        return None  # a head elsewhere: Ray Client or Ray Jobs
+
     def token_path(self) -> str | None:
         """The cluster's Ray token (token mode: KubeRay's Secret, read with `get secrets`), copied into a file only
         this user can read; None when the cluster runs without auth."""

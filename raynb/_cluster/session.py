@@ -30,6 +30,9 @@ __all__ = [
     "auth_preflight",
     "dashboard_get",
     "jobs_token",
+    "match_auth_mode",
+    "use_token",
+    "forget_token",
 ]
 
 
@@ -167,9 +170,14 @@ def auth_preflight(dashboard_url: str | None, timeout: float = 3.0) -> str | Non
             "RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token here",
             fix="copy the cluster's token to ~/.ray/auth_token (or set RAY_AUTH_TOKEN), then run the cell again.",
         )
-    if wants_token != _process_uses_token_auth():  # e.g. a kernel that used a token head now reaches one without
-        _switch_auth_mode(token=wants_token)
+    match_auth_mode(token=wants_token)  # e.g. a kernel that used a token head now reaches one without
     return mode
+
+
+def match_auth_mode(*, token: bool) -> None:
+    """Authenticate with a token from now on, or not, where this process does otherwise (a head whose mode is known)."""
+    if token != _process_uses_token_auth():
+        _switch_auth_mode(token=token)
 
 
 def _switch_auth_mode(*, token: bool) -> None:
@@ -183,10 +191,7 @@ def _reread_auth_env() -> None:
     through Ray's own reset (what Ray's tests use)."""
     if "ray._raylet" not in sys.modules:
         return
-    import ray
-
-    if ray.is_initialized():
-        ray.shutdown()
+    _drop_client()
     try:
         from ray._raylet import AuthenticationTokenLoader, Config
 
@@ -342,5 +347,6 @@ def _drop_client() -> None:
     from ray.util import client as ray_client
 
     if ray.is_initialized() or ray_client.num_connected_contexts() > 0:
+        handles.close()  # no call of raynb's in flight when Ray shuts down (a driver kernel would be ended)
         with contextlib.suppress(Exception):
             ray.shutdown()

@@ -1,4 +1,5 @@
-"""A real embedded head for this package's tests, reached over Ray Client like any remote cluster."""
+"""A real embedded head for this package's tests, reached over Ray Client like any remote cluster (a kernel beside
+the head connects to it as a plain driver: the notebook tests' kernels take that way)."""
 
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ def alive_train_workers(dashboard_url: str) -> list[object]:
 
 @pytest.fixture(scope="package")
 def cluster(session_head: object) -> Iterator[raynb.Cluster]:
-    """This process connected to the session's head over Ray Client, as a kernel would."""
-    c = raynb.up(local=True, progress=print)
+    """This process connected to the session's head over Ray Client, as a kernel reaches a cluster elsewhere."""
+    c = raynb.up(local=True, via="client", progress=print)
     yield c
     c.disconnect()
 

@@ -8,7 +8,8 @@ protocol directly: one gRPC call (``ray.rpc.RayletDriver/ClusterInfo``, an empty
 curl. Ray's server answers ``UNAUTHENTICATED`` (grpc-status 16) without a token; without auth the call reaches the
 service.
 
-Also here: a kernel that used a token head, stopped it, then connects to a head without auth (the control's head)."""
+Also here: a kernel that used a token head, stopped it, then connects to a head without auth (the control's head);
+and a second Python, a driver on that token head, that outlives the head's stop."""
 
 from __future__ import annotations
 
@@ -147,14 +148,48 @@ def test_the_control_without_auth_lets_the_other_user_in(
     assert _ray_client_call(open_head.client_address, tmp_path) != "16"  # and Ray Client's service answers
 
 
+#: A second Python on the same head, as a plain Ray driver: the head is stopped under it. Ray ends a driver whose GCS
+#: is gone for ``gcs_rpc_server_reconnect_timeout_s`` (60 s; 15 s here, so the test need not wait a minute), which in
+#: a notebook is the kernel dying; raynb's watch disconnects it first. Without the watch it exits at 15 s.
+BESIDE_SCRIPT = textwrap.dedent("""
+    import os, time
+    import raynb, ray
+    before = os.environ.get("PYTHONBREAKPOINT")
+    c = raynb.Cluster.from_name("local", progress=lambda m: None)
+    now = os.environ.get("PYTHONBREAKPOINT")
+    print("BREAKPOINT", "kept" if now == before else now, flush=True)  # not Ray's remote debugger
+    print("CONNECTED", c.reached, flush=True)
+    t0 = time.monotonic()
+    while ray.is_initialized() and time.monotonic() - t0 < 120:
+        time.sleep(0.1)
+    lost = time.monotonic()
+    print("DISCONNECTED", flush=True)
+    time.sleep(max(0.0, 25 - (time.monotonic() - lost)))
+    print("ALIVE", round(time.monotonic() - lost), flush=True)
+""")
+
 AFTER_TOKEN_SCRIPT = textwrap.dedent("""
-    import json, os, sys
+    import json, os, subprocess, sys
     import raynb
     from raynb._cluster import session
     out = {}
     c = raynb.up(local=True)                      # the default: a token head; its token file lives in its state dir
     out["mode_on_token_head"] = os.environ.get("RAY_AUTH_MODE")
-    c.down()                                      # ... and goes with it
+    out["reached"] = c.reached
+    beside = subprocess.Popen([sys.executable, "-c", sys.argv[3]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, env={**os.environ, "RAY_gcs_rpc_server_reconnect_timeout_s": "15"})
+    out["beside"] = []
+    for line in beside.stdout:                    # until it is connected
+        out["beside"].append(line)
+        if line.startswith("CONNECTED"):
+            break
+    c.down()                                      # ... and goes with it, under the second Python
+    import ray
+    try:                                          # a call after `down` (a run's thread): refused, no Ray of its own
+        ray.get_actor("raynb-runs", namespace="raynb")
+    except Exception:
+        pass
+    out["ray_after_down"] = ray.is_initialized()
     out["env_after_down"] = [os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH")]
     c = raynb.up(local=True)                      # a new head: a new token at the same path (Ray caches the old one)
     import ray
@@ -171,21 +206,31 @@ AFTER_TOKEN_SCRIPT = textwrap.dedent("""
     out["inherited_cpus"] = ray.cluster_resources().get("CPU")
     out["inherited_mode"] = os.environ.get("RAY_AUTH_MODE")
     ray.shutdown()
+    out["beside"] += beside.communicate(timeout=120)[0].splitlines(keepends=True)
+    out["beside_exit"] = beside.returncode
     print("RESULT " + json.dumps(out))
 """)
 
 
 def test_after_the_token_head_goes_a_head_without_auth_connects(open_head: local.LocalHead, tmp_path: Path) -> None:
     """A kernel that used the embedded head (token mode), stopped it, and then connects to a head without auth: the
-    token file went with the head, and Ray in token mode with a missing token refuses every connection."""
+    token file went with the head, and Ray in token mode with a missing token refuses every connection. Also: a
+    second Python connected to the token head as a driver outlives the head's stop (``BESIDE_SCRIPT``)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
     env.update(RAYNB_HOME=str(tmp_path / "a"), RAYNB_LOCAL_DASHBOARD="0")  # the token heads need no dashboard
     try:
-        out = script_result(AFTER_TOKEN_SCRIPT, [open_head.client_address, open_head.dashboard_url], env, timeout=540)
+        args = [open_head.client_address, open_head.dashboard_url, BESIDE_SCRIPT]
+        out = script_result(AFTER_TOKEN_SCRIPT, args, env, timeout=540)
     except AssertionError as e:  # seen once in a full run: the open head's Ray Client server could not start one
         logs = sorted((Path(open_head.temp_dir) / "session_latest" / "logs").glob("ray_client_server*.err"))
         raise AssertionError(f"{e}\n" + "".join(f"--- {f.name}\n{f.read_text()[-1500:]}" for f in logs[-3:])) from None
     assert out["mode_on_token_head"] == "token"
+    assert out["reached"].startswith("as a Ray driver at 127.0.0.1:"), out["reached"]
+    assert out["ray_after_down"] is False  # Ray's auto-init would have started a local Ray in the kernel
+    # the head stopped under the second Python: it was told, disconnected, and lived on past Ray's timeout
+    said = "".join(out["beside"])
+    assert "CONNECTED as a Ray driver" in said and "BREAKPOINT kept" in said and out["beside_exit"] == 0, said
+    assert "the embedded Ray head stopped" in said and "DISCONNECTED" in said and "ALIVE 25" in said, said
     assert out["env_after_down"] == [None, None]  # put back as the kernel had them
     assert out["again_cpus"] is not None and out["again_cpus"] >= 1
     assert out["cpus"] == 1.0
