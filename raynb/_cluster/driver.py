@@ -79,9 +79,9 @@ def connect(
     runtime_env: dict[str, Any],
     timeout: float,
     say: Callable[[str], None],
-) -> HeadWatch:
-    """Connect this process to the head at ``gcs_address`` (``127.0.0.1:PORT``) as a driver; this process's Ray auth
-    mode is the head's already (``session.use_token``). Returns the running watch of the head."""
+) -> None:
+    """Connect this process to the head at ``gcs_address`` (``127.0.0.1:PORT``) as a driver, and start the head's
+    watch; this process's Ray auth mode is the head's already (``session.use_token``)."""
     import ray
     from ray._private import auto_init_hook
 
@@ -121,9 +121,7 @@ def connect(
     res = ray.cluster_resources()
     took, cpus, gpus = time.monotonic() - t0, res.get("CPU", 0), res.get("GPU", 0)
     say(f"connected to {gcs_address} as a Ray driver in {took:.1f} s ({cpus:g} CPUs, {gpus:g} GPUs)")
-    watch = HeadWatch(host, int(port), handles.generation())
-    watch.start()
-    return watch
+    HeadWatch(host, int(port), handles.generation()).start()
 
 
 def _filter_worker_output() -> None:
@@ -162,7 +160,6 @@ class HeadWatch(threading.Thread):
     def __init__(self, host: str, port: int, generation: int) -> None:
         super().__init__(name="raynb-head-watch", daemon=True)
         self.host, self.port, self.generation = host, port, generation
-        self.lost = threading.Event()
 
     def _watching(self) -> bool:
         import ray
@@ -183,7 +180,6 @@ class HeadWatch(threading.Thread):
             misses = 0 if self._answers() else misses + 1
             if misses < MISSES or not self._watching():
                 continue
-            self.lost.set()
             print(
                 f"raynb: the embedded Ray head stopped (nothing answers at {self.host}:{self.port}), so this kernel "
                 "disconnected from it; `%raycluster up --local` starts one again.",
