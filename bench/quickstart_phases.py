@@ -16,7 +16,8 @@ per-step reports and live view count against it -- reporting each step through R
 
 Phases: ``up`` (``%raycluster up --local`` / ``ray.init``), ``train`` (the 2-worker run / ``fit()``), ``failure``
 (the failing run until its error / until ``fit()`` raises), ``down`` (``%raycluster down`` / ``ray.shutdown()``).
-The columns alternate (raynb first in even rounds, plain Ray first in odd ones), nothing else running. The issue's
+The columns alternate (raynb first in even rounds, plain Ray first in odd ones) after an unrecorded round of
+each that warms the page cache (``--warmup``), nothing else running. The issue's
 target: each raynb phase within 1.10 x plain Ray's median.
 """
 
@@ -141,12 +142,25 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", help="also write the JSON record to this file (bench/results/...)")
+    ap.add_argument(
+        "--warmup",
+        type=int,
+        default=1,
+        help="rounds of both columns run first and not recorded: a freshly booted machine reads Python, Jupyter, "
+        "torch and Ray from disk once, and the first column of round 0 paid it (raynb's up 33 s on a fresh machine)",
+    )
     args = ap.parse_args()
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     results: dict[str, dict[str, list[float]]] = {c: {p: [] for p in PHASES} for c in ("raynb", "plain")}
     with tempfile.TemporaryDirectory(prefix="raynb-quickstart-bench-") as tmp:
         script = Path(tmp) / "plain_quickstart.py"
         script.write_text(plain_script())
+        for i in range(args.warmup):
+            for column in ("raynb", "plain"):
+                work = Path(tmp) / f"warmup-{column}-{i}"
+                work.mkdir()
+                phases = raynb_round(work) if column == "raynb" else plain_round(script)
+                say(f"warm-up {i} (not recorded) {column}: " + ", ".join(f"{p} {phases[p]:.1f} s" for p in PHASES))
         for i in range(args.rounds):
             for column in ("raynb", "plain") if i % 2 == 0 else ("plain", "raynb"):
                 work = Path(tmp) / f"{column}-{i}"
@@ -160,6 +174,7 @@ def main() -> None:
         "Ray doing the same work in one Python (ray.init, TorchTrainer.fit, a failing fit, ray.shutdown)",
         "rounds": args.rounds,
         "order": "alternating: raynb first in even rounds, plain Ray first in odd ones",
+        "warmup_rounds": args.warmup,
         "raynb_s": results["raynb"],
         "plain_s": results["plain"],
     }
