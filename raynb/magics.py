@@ -326,7 +326,7 @@ class _Link:
         }
 
 
-_LIST_COLUMNS = ("name", "namespace", "kind", "state", "owner", "cost", "image")
+_LIST_COLUMNS = ("name", "namespace", "kind", "state", "runs", "owner", "cost", "image")
 
 
 def _cluster_table(rows: list[dict[str, str]]) -> str:

@@ -32,7 +32,7 @@ __all__ = [
     "resolve_values",
     "render",
     "render_yaml",
-    "render_network_policy",
+    "render_objects",
     "render_rbac",
     "validate",
     "check_installed",
@@ -295,10 +295,10 @@ def render_rbac(values: Mapping[str, str] | None = None, overrides: Mapping[str,
     return [role, binding]
 
 
-def render_network_policy(values: Mapping[str, str]) -> dict[str, Any]:
-    """The NetworkPolicy that admits only the cluster's own pods (``manifests/networkpolicy.yaml``), for resolved
-    ``values`` (:func:`resolve_values`)."""
-    return dict(yaml.safe_load(_substitute((MANIFESTS / "networkpolicy.yaml").read_text(), values)))
+def render_objects(file: str, values: Mapping[str, str]) -> list[dict[str, Any]]:
+    """What ``up`` applies beside the RayCluster for resolved ``values``: ``networkpolicy.yaml`` (only the cluster's
+    pods reach its pods), ``head-identity.yaml`` (the head pod's account, which may patch this RayCluster alone)."""
+    return [d for d in yaml.safe_load_all(_substitute((MANIFESTS / file).read_text(), values)) if d]
 
 
 def _check_placement(obj: Mapping[str, Any]) -> None:

@@ -73,15 +73,18 @@ def apply_raycluster(target: Target, obj: Mapping[str, Any]) -> dict[str, Any]:
     return plain(target, out)
 
 
-def apply_owned(target: Target, obj: dict[str, Any], owner: Mapping[str, Any]) -> None:
+def apply_owned(target: Target, obj: dict[str, Any], owner: Mapping[str, Any] | None) -> None:
     """Server-side apply ``obj`` (a namespaced object of a built-in kind) as a dependent of the RayCluster ``owner``:
-    Kubernetes' garbage collector deletes it with the cluster."""
+    Kubernetes' garbage collector deletes it with the cluster (``owner`` None: not yet one, as what the RayCluster's
+    pods need before it exists)."""
     from kubernetes import dynamic
 
-    meta = owner["metadata"]
-    obj["metadata"]["ownerReferences"] = [
-        {"apiVersion": f"{GROUP}/{VERSION}", "kind": "RayCluster", "name": meta["name"], "uid": meta["uid"]}
-    ]
+    obj["metadata"].pop("ownerReferences", None)
+    if owner is not None:
+        meta = owner["metadata"]
+        obj["metadata"]["ownerReferences"] = [
+            {"apiVersion": f"{GROUP}/{VERSION}", "kind": "RayCluster", "name": meta["name"], "uid": meta["uid"]}
+        ]
     res = dynamic.DynamicClient(target.api).resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
     plural = f"{res.name}.{res.group}" if res.group else res.name
     with api_call(target, "patch", plural, obj["metadata"]["namespace"]):

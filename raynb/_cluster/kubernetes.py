@@ -17,11 +17,12 @@ from typing import Any
 from .. import manifest
 from .._identity import default_cluster_name
 from .._settings import Settings, raynb_home
+from .._shared import run_notice
 from .._shared.cost import HourlyCost, hourly_cost, usd
 from ..display.run_view import clock
 from ..errors import KubeError, ManifestError, NotConnectedError
+from . import head_account, kube_connect
 from . import kube_api as kube
-from . import kube_connect
 from .backend import BackendChecks, BackendKind, Say
 from .kube_state import KubeStatus, RayClusterRef, readiness, spec_differences
 from .port_forward import PortForward
@@ -235,6 +236,7 @@ def up(
         )
     me = kube_connect.whoami(target)
     obj["metadata"].setdefault("annotations", {})[OWNER] = me
+    identity: list[dict[str, Any]] | None = None
     live = kube.get_raycluster(target, ref)
     if live is not None:
         diffs = spec_differences(_compared(obj["spec"], vals), live.get("spec", {}))
@@ -255,6 +257,7 @@ def up(
         else:
             say(f"reusing RayCluster {ref.namespace}/{ref.name} (same spec)")
     if live is None:
+        identity = head_account.make(target, vals, obj, say)  # before the RayCluster: its head pod is made with it
         live = kube.apply_raycluster(target, obj) or kube.get_raycluster(target, ref)  # (apply may answer empty)
         workers = vals.get("GPU_NODE_COUNT")
         if manifest.autoscaled(vals):
@@ -274,11 +277,17 @@ def up(
             say(f"its GPU nodes bill {when}: {cost.text()}; `%raycluster down` stops that")
     if vals.get("NETWORK_POLICY", "true") == "true" and live is not None:
         try:
-            kube.apply_owned(target, manifest.render_network_policy(vals), live)
+            kube.apply_owned(target, manifest.render_objects("networkpolicy.yaml", vals)[0], live)
         except KubeError as e:  # the token still guards the head; say what is missing
             say(
                 f"NetworkPolicy not applied ({e.what}): other pods can reach the head's ports, the Ray token guards them"
             )
+    if live is not None and (identity or head_account.of(live) == ref.name):  # handed over: deleted with the cluster
+        try:
+            for d in identity or head_account.docs(vals):
+                kube.apply_owned(target, d, live)
+        except KubeError as e:  # made before, by someone who could: it stays until deleted by hand
+            say(f"the head pod's account is not handed to the RayCluster ({e.what}): it stays after `down`")
     kube.wait_ready(target, ref, timeout=settings.kube_start_timeout_s, progress=say)
     return KubernetesBackend(target, ref, vals)
 
@@ -353,6 +362,7 @@ def rows(*, namespace: str | None, context: str | None, kubeconfig: str | None) 
                 "address": target.where(),
                 "image": manifest.head_image(rc),
                 "owner": (rc["metadata"].get("annotations") or {}).get(OWNER, "-"),
+                "runs": notice.describe() if (notice := run_notice.read(rc["metadata"].get("annotations"))) else "-",
                 "cost": _cost_cell(rc),
             }
         )

@@ -8,21 +8,32 @@ connection leaves all of it running; ``raynb.runs()`` and ``raynb.attach(name)``
 
 Finished runs stay attachable (status, metrics, error, checkpoint) until removed (``raynb.remove_run``) or until more than
 ``KEEP_FINISHED`` finished runs exist, when the oldest finished ones go first.
+
+On a RayCluster, the registry also tells the cluster's Kubernetes object what runs (``_shared/run_notice.py``: a label
+and an annotation, written with the head pod's service account by ``kube_notice.py``) -- at once when a run starts or
+ends, and every ``NOTICE_S`` while one runs -- so a run nobody follows is seen by kubectl, colleagues and idle policies.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 from typing import Any
 
+from .._shared.run_notice import Notice, notice_of, patch_body
 from .._shared.seam import ACTIVE, KEEP_FINISHED
+from .kube_notice import NoticeRefused, PodIdentity, patch_raycluster
 
-__all__ = ["RunRegistry", "STALL_CHECK_S"]
+__all__ = ["RunRegistry", "STALL_CHECK_S", "NOTICE_S"]
 
 #: how often the registry looks for stalled runs that asked to be stopped (``on_stall="stop"``)
 STALL_CHECK_S = 5.0
+#: how often a running run's step reaches its RayCluster (each write is one PATCH, and a reconcile of KubeRay's)
+NOTICE_S = 10.0
+#: a notice unchanged this long is written again while runs go on: its time says the head is still there
+NOTICE_REFRESH_S = 60.0
 
 
 class RunRegistry:
@@ -35,6 +46,10 @@ class RunRegistry:
         self._changed: dict[str, asyncio.Event] = {}
         self._guard: asyncio.Task[None] | None = None  # stops the stalled runs that asked for it (on_stall="stop")
         self._stalled: set[str] = set()  # runs the guard found stalled at its last look
+        self._notice: Notice | None = None  # the last one written on the RayCluster
+        self._notice_kick: asyncio.Event | None = None  # a run started or ended: write now
+        self._notice_task: asyncio.Task[None] | None = None
+        self._notice_refused: tuple[float, str] | None = None  # until when not to try again, and why
 
     async def register(self, name: str, info: dict[str, Any], launcher: Any, sink: Any) -> dict[str, Any] | None:
         """Record a new run; returns the existing run's info instead if a run of that name is going on. A finished
@@ -49,7 +64,58 @@ class RunRegistry:
         await self._forget_old()
         if self._guard is None:
             self._guard = asyncio.get_running_loop().create_task(self._stop_stalled())
+        self._kick_notice()
         return None
+
+    def _kick_notice(self) -> None:
+        """A run started or ended: its RayCluster hears of it now (in a pod; elsewhere nothing is tried)."""
+        if self._notice_task is None:
+            if PodIdentity.from_env() is None and self._notice is None:
+                return  # not a pod of a RayCluster (or no token yet): the next run's start looks again
+            self._notice_kick = asyncio.Event()
+            self._notice_task = asyncio.get_running_loop().create_task(self._keep_notice())
+        assert self._notice_kick is not None
+        self._notice_kick.set()
+
+    async def _keep_notice(self) -> None:
+        assert self._notice_kick is not None
+        while True:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._notice_kick.wait(), NOTICE_S)
+            self._notice_kick.clear()
+            try:
+                await self._write_notice()
+            except Exception as e:  # noqa: BLE001 - the notice must never take the registry down
+                print(f"[raynb] the run notice was not written: {type(e).__name__}: {e}", flush=True)
+
+    async def _write_notice(self) -> None:
+        now = time.time()
+        ident = PodIdentity.from_env()
+        if ident is None or (self._notice_refused and now < self._notice_refused[0]):
+            return
+        ended = [(r["ended"], n) for n, r in self._runs.items() if r["status"] not in ACTIVE and r["ended"]]
+        last = max(ended, default=(0, None))[1]
+        rows = []
+        for name, run in list(self._runs.items()):
+            row = dict(run)
+            if run["status"] in ACTIVE or name == last:  # the step: the sink's
+                with contextlib.suppress(Exception):  # a sink lost with its node: the row says what is known
+                    row.update(await asyncio.wait_for(self._handles[name][1].summary.remote(), 5))
+            rows.append(row)
+        notice = notice_of(rows, now, ACTIVE)
+        old = self._notice
+        if old is not None and notice.same_as(old) and (not notice.running or now - old.updated < NOTICE_REFRESH_S):
+            return
+        try:
+            await asyncio.to_thread(patch_raycluster, ident, patch_body(notice))
+        except NoticeRefused as e:
+            lasting = e.status in (401, 403, 404)  # no such right, or no such RayCluster: not for a while
+            why = f"the head could not write the run notice on {ident.where} ({e})"
+            if self._notice_refused is None or self._notice_refused[1] != why:
+                print(f"[raynb] {why}" + ("; trying again in 5 min" if lasting else ""), flush=True)
+            self._notice_refused = (now + (300.0 if lasting else NOTICE_S), why)
+            return
+        self._notice, self._notice_refused = notice, None
 
     async def _watch(self, name: str) -> dict[str, Any] | None:
         """The run's progress and stall verdict by its own settings (None: its sink does not answer); a finished run
@@ -97,6 +163,7 @@ class RunRegistry:
                 run["outcome"] = outcome  # the details (each rank's failure) of the failure already recorded
             return
         run.update(status=outcome.get("status", "failed"), ended=time.time(), outcome=outcome)
+        self._kick_notice()
         self._changed[name].set()  # its launcher stays: the kernel's next run may take it (it exits when idle)
 
     async def stop(self, name: str, step: int | None = None, reason: str | None = None) -> dict[str, Any] | None:
@@ -108,6 +175,7 @@ class RunRegistry:
             _kill(self._handles[name][0])
             outcome = {"status": "aborted", "step": step, **({"reason": reason} if reason else {})}
             run.update(status="aborted", ended=time.time(), outcome=outcome)
+            self._kick_notice()
             self._changed[name].set()
         return run
 
@@ -144,6 +212,7 @@ class RunRegistry:
                     ended=time.time(),
                     outcome={"status": "failed", "error_type": type(e).__name__, "message": why[:2000]},
                 )
+                self._kick_notice()
                 self._changed[name].set()
 
     async def started_at(self) -> float:

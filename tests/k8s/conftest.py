@@ -149,16 +149,64 @@ def agent_port() -> int:
 
 
 @pytest.fixture(scope="package")
-def head_behind_pods(stack: controlplane.Stack, agent_port: int, tmp_path_factory: pytest.TempPathFactory):
+def head_account(stack: controlplane.Stack, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What Kubernetes mounts into the head pod for its service account: the API server's CA and the namespace now,
+    the token once the account exists (:func:`mount_head_token`, the kubelet's part)."""
+    d = tmp_path_factory.mktemp("head-serviceaccount")
+    shutil.copy(stack.dir / "pki" / "ca.crt", d / "ca.crt")
+    (d / "namespace").write_text("ray-train")
+    return d
+
+
+def mount_head_token(stack: controlplane.Stack, account: Path) -> str:
+    """The kubelet's part for the head pod: a token (TokenRequest) for the service account the head pod runs as,
+    written where the pod reads it. Returns the account's name."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(stack.api())
+    pod = core.list_namespaced_pod("ray-train", label_selector=f"ray.io/cluster={NAME},ray.io/node-type=head").items[0]
+    sa = pod.spec.service_account_name
+    req = core.create_namespaced_service_account_token(sa, "ray-train", {"spec": {"expirationSeconds": 3600}})
+    (account / "token").write_text(req.status.token)
+    return str(sa)
+
+
+@contextlib.contextmanager
+def _env(**values: str) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture(scope="package")
+def head_behind_pods(
+    stack: controlplane.Stack, agent_port: int, head_account: Path, tmp_path_factory: pytest.TempPathFactory
+):
     """A real local Ray head standing behind the RayCluster's head pod: kwok's ClusterPortForward sends the pod's
-    10001/8265 to it, and its ClusterLogs serves (a CRI-format copy of) the head's log through pods/log."""
+    10001/8265 to it, and its ClusterLogs serves (a CRI-format copy of) the head's log through pods/log. Its
+    processes see what a head pod's do: the API server (``KUBERNETES_SERVICE_HOST``/``_PORT``), the RayCluster's
+    name (``RAY_CLUSTER_NAME``, as KubeRay sets it) and the pod's service account (``head_account``)."""
     from raynb._cluster import embedded_head as local
 
     # a head of its own, in a state dir of its own, owned by this process until the k8s tests are done; in token mode
     # as raynb's RayClusters are (authOptions), its token in the Secret KubeRay keeps for the cluster NAME (made here
     # first, so the operator keeps it rather than generating one this head does not know)
     home = str(tmp_path_factory.mktemp("head-behind-pods"))
-    with _raynb_home(home):
+    api_host, api_port = stack.server.removeprefix("https://").rsplit(":", 1)
+    pod_env = {
+        "KUBERNETES_SERVICE_HOST": api_host,
+        "KUBERNETES_SERVICE_PORT": api_port,
+        "RAY_CLUSTER_NAME": NAME,
+        "RAYNB_SERVICEACCOUNT_DIR": str(head_account),
+    }
+    with _raynb_home(home), _env(**pod_env):
         head = local.start_head(num_cpus=2, timeout=120, progress=print, auth=True)
     from kubernetes import client
 

@@ -3,15 +3,19 @@ against the real API server (RBAC, namespaces, discovery) where one is involved.
 
 from __future__ import annotations
 
+import dataclasses
+import shutil
 import time
 from pathlib import Path
 
 import pytest
-from conftest import HERE_PY, NAME, VALUES, apply, controlplane
+from conftest import HERE_PY, NAME, VALUES, apply, controlplane, mount_head_token
 
 import raynb
 from raynb._cluster import kube_api as kube
 from raynb._cluster import kube_connect
+from raynb._remote.kube_notice import NoticeRefused, PodIdentity, patch_raycluster
+from raynb._shared import run_notice
 from raynb.errors import ConnectError
 from raynb.manifest import ManifestError
 
@@ -65,7 +69,8 @@ def test_rbac_forbidden_names_verb_and_resource(stack) -> None:
 
 def test_rbac_manifest_is_enough(stack, tmp_path) -> None:
     """manifests/rbac.yaml's Role, rendered for the viewer and the cluster's name, lets it run the whole lifecycle
-    and read its cluster's Ray token -- and no other Secret of the namespace."""
+    and read its cluster's Ray token -- and no other Secret of the namespace; and make the head pod's own account
+    (head-identity.yaml), which may patch its RayCluster and no other, and goes with it."""
     from kubernetes import client
 
     from raynb.manifest import render_rbac
@@ -94,7 +99,28 @@ def test_rbac_manifest_is_enough(stack, tmp_path) -> None:
         assert token, "the cluster's own Secret could not be read with the Role"
         with pytest.raises(kube.KubeError, match="does not allow viewer to get secrets"):
             kube.ray_token(viewer, kube.RayClusterRef("someone-elses", "ray-train"))
+        # the Role let the viewer make the head pod's own account, which may patch this RayCluster and no other
+        account = tmp_path / "head-serviceaccount"
+        account.mkdir()
+        shutil.copy(stack.dir / "pki" / "ca.crt", account / "ca.crt")
+        (account / "namespace").write_text("ray-train")
+        assert mount_head_token(stack, account) == NAME
+        host, port = stack.server.removeprefix("https://").rsplit(":", 1)
+        env = {"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": port, "RAY_CLUSTER_NAME": NAME}
+        ident = PodIdentity.from_env({**env, "RAYNB_SERVICEACCOUNT_DIR": str(account)})
+        assert ident is not None
+        patch_raycluster(ident, {"metadata": {"labels": {run_notice.LABEL: "a-run"}}})
+        assert kube.get_raycluster(viewer, ref)["metadata"]["labels"][run_notice.LABEL] == "a-run"
+        with pytest.raises(NoticeRefused) as refused:
+            patch_raycluster(dataclasses.replace(ident, cluster="someone-elses"), {"metadata": {"labels": {"x": "y"}}})
+        assert refused.value.status == 403, refused.value
         c.down(progress=lambda _m: None)
+        sa = client.CoreV1Api(stack.api()).list_namespaced_service_account("ray-train").items
+        deadline = time.monotonic() + 30  # the garbage collector deletes what was handed to the RayCluster
+        while any(a.metadata.name == NAME for a in sa) and time.monotonic() < deadline:
+            time.sleep(0.5)
+            sa = client.CoreV1Api(stack.api()).list_namespaced_service_account("ray-train").items
+        assert not any(a.metadata.name == NAME for a in sa), "the head's account outlived its RayCluster"
     finally:
         from conftest import delete
 

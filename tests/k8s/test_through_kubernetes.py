@@ -30,10 +30,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import HERE_PY, NAME, VALUES, sets
+from conftest import HERE_PY, NAME, VALUES, mount_head_token, sets
 
 from raynb._cluster import kube_api as kube
 from raynb._cluster import kube_connect
+from raynb._shared import run_notice
 from tests.notebook.kernels import errors, kernel, run, text
 
 GRACE_S = float(os.environ.get("RAYNB_CLIENT_RECONNECT_GRACE_S", "30"))
@@ -104,8 +105,29 @@ def relayed_kubeconfig(stack, tmp_path: Path) -> Iterator[tuple[Relay, Path]]:
     relay.restore()
 
 
+def _notice(stack) -> tuple[str | None, run_notice.Notice | None]:
+    """What the RayCluster says of its runs (the label, the annotation), read as kubectl would."""
+    from kubernetes import client
+
+    rc = client.CustomObjectsApi(stack.api()).get_namespaced_custom_object(
+        "ray.io", "v1", "ray-train", "rayclusters", NAME
+    )
+    meta = rc["metadata"]
+    return (meta.get("labels") or {}).get(run_notice.LABEL), run_notice.read(meta.get("annotations"))
+
+
+def _idle_clusters(stack) -> list[str]:
+    """``kubectl get rayclusters -l '!raynb.io/run'``: the RayClusters with no run going on."""
+    from kubernetes import client
+
+    found = client.CustomObjectsApi(stack.api()).list_namespaced_custom_object(
+        "ray.io", "v1", "ray-train", "rayclusters", label_selector=f"!{run_notice.LABEL}"
+    )
+    return [i["metadata"]["name"] for i in found["items"]]
+
+
 def test_raytrain_runs_through_the_kubernetes_path(
-    head_behind_pods, clean, shared_volume, relayed_kubeconfig: tuple[Relay, Path]
+    stack, head_behind_pods, head_account, clean, shared_volume, relayed_kubeconfig: tuple[Relay, Path]
 ) -> None:
     _head, log = head_behind_pods
     relay, cfg = relayed_kubeconfig
@@ -117,6 +139,8 @@ def test_raytrain_runs_through_the_kubernetes_path(
         assert not errors(out), text(out)
         t = text(out)
         assert "ready after" in t and "through the Kubernetes API" in t and "connected to ray://127.0.0.1:" in t
+        # the head pod runs as the account `up` made for it (head-identity.yaml); the kubelet mounts its token
+        assert mount_head_token(stack, head_account) == NAME
 
         cell = (
             "%%raytrain --workers 2 --name through-k8s --out r\nimport os, raynb\n"
@@ -209,10 +233,21 @@ def test_raytrain_runs_through_the_kubernetes_path(
         while int(_printed(run(kc, "print(bg.step)")).split()[-1]) < 3 and time.monotonic() < deadline:
             time.sleep(1)
         relay.cut()
-        try:
-            time.sleep(BLOCK_S)
+        seen: list[tuple[str | None, run_notice.Notice | None]] = []
+        try:  # no notebook reaches the cluster now: what the RayCluster says of the run comes from its head alone
+            end = time.monotonic() + BLOCK_S
+            while time.monotonic() < end:
+                seen.append(_notice(stack))
+                time.sleep(1.0)
         finally:
             relay.restore()
+        running = [(label, n.running[0]) for label, n in seen if n and n.running]
+        assert running and all(label == "outlives-tunnel" for label, _ in running), seen
+        assert {r["name"] for _, r in running} == {"outlives-tunnel"} and all("@" in r["user"] for _, r in running)
+        # its step kept moving on the RayCluster while nobody followed it (the head writes it every 10 s)
+        steps = [r["step"] or 0 for _, r in running]
+        assert steps == sorted(steps) and steps[-1] > steps[0] and steps[-1] >= 3, running
+        assert NAME not in _idle_clusters(stack)
         # The kernel may have lost its Ray Client session (past the grace): connect again, as a user would.
         out = run(kc, "print('status during the cut:', bg.status)", timeout=120)
         assert "status during the cut:" in text(out), text(out)
@@ -229,6 +264,17 @@ def test_raytrain_runs_through_the_kubernetes_path(
         got = json.loads(_printed(out).strip().splitlines()[-1])
         # every step, from both ranks, including the ones reported while no notebook could reach the cluster
         assert got == {"status": "succeeded", "steps": list(range(1, STEPS + 1)), "ranks": [0, 1], "n": 2 * STEPS}, got
+        # the run ended: the RayCluster says it is idle, and which run ended last
+        deadline = time.monotonic() + 30
+        while (notice := _notice(stack))[0] is not None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        label, n = notice
+        assert label is None and n is not None and not n.running, notice
+        assert n.last and (n.last["name"], n.last["status"], n.last["step"]) == ("outlives-tunnel", "succeeded", STEPS)
+        assert NAME in _idle_clusters(stack)
+        out = run(kc, "%raycluster list --namespace ray-train")
+        assert "RUNS" in text(out) and "(last: outlives-tunnel succeeded)" in text(out), text(out)
+        (head_account / "token").unlink()  # the head pod goes with `down`
 
         # down NAME from a kernel not connected to it, in the namespace %config names
         out = run(kc, "raynb.current().disconnect()\n%config RayNB.kube_namespace = 'elsewhere'")

@@ -158,7 +158,7 @@ def test_the_packaged_manifests_are_the_user_facing_ones() -> None:
     assert (
         names
         == sorted(p.name for p in MANIFESTS.iterdir())
-        == ["networkpolicy.yaml", "presets.yaml", "raycluster.yaml", "rbac.yaml", "values.env"]
+        == ["head-identity.yaml", "networkpolicy.yaml", "presets.yaml", "raycluster.yaml", "rbac.yaml", "values.env"]
     )
     for name in names:
         assert (MANIFESTS / name).read_bytes() == (top / name).read_bytes(), f"{name} differs: copy manifests/ over"
@@ -210,7 +210,7 @@ def test_a_template_of_your_own_gets_the_same_values(tmp_path: Path) -> None:
 
 def test_token_auth_and_the_network_policy_by_default() -> None:
     """KubeRay >= 1.5 authOptions: Ray's token in every pod; the policy admits the cluster's own pods only."""
-    from raynb.manifest import render_network_policy, resolve_values, values_from_spec
+    from raynb.manifest import render_objects, resolve_values, values_from_spec
 
     rc = render()
     assert rc["spec"]["authOptions"] == {"mode": "token"}
@@ -220,7 +220,7 @@ def test_token_auth_and_the_network_policy_by_default() -> None:
         == "disabled"
     )  # a RayCluster from before authOptions
     name = rc["metadata"]["name"]
-    np = render_network_policy(resolve_values())
+    np = render_objects("networkpolicy.yaml", resolve_values())[0]
     assert np["spec"]["podSelector"] == {"matchLabels": {"ray.io/cluster": name}}
     assert np["spec"]["ingress"] == [{"from": [{"podSelector": {"matchLabels": {"ray.io/cluster": name}}}]}]
     off = render(overrides={"RAY_AUTH_MODE": "disabled"})

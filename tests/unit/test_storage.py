@@ -50,7 +50,9 @@ def test_shared_storage_values_reach_every_pod_and_come_back_from_the_cluster() 
     assert {k: back[k] for k in vals} == vals and back["GPU_NODE_COUNT"] == "2"
     plain = manifest.render()
     assert "raynb.io/storage-path" not in plain["metadata"]["annotations"]
-    assert "serviceAccountName" not in plain["spec"]["headGroupSpec"]["template"]["spec"]
+    # without SERVICE_ACCOUNT the head runs as its own account (head-identity.yaml), the workers as the namespace's
+    assert plain["spec"]["headGroupSpec"]["template"]["spec"]["serviceAccountName"] == plain["metadata"]["name"]
+    assert "serviceAccountName" not in plain["spec"]["workerGroupSpecs"][0]["template"]["spec"]
 
 
 def test_a_runs_folder_keeps_an_s3_uris_options_at_the_end() -> None:
