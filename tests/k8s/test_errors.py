@@ -129,6 +129,38 @@ def test_rbac_manifest_is_enough(stack, tmp_path) -> None:
             delete(stack, d["apiVersion"], d["kind"], d["metadata"]["name"], "ray-train")
 
 
+def test_a_user_who_may_not_make_the_heads_account_gets_a_cluster_without_it(stack) -> None:
+    """A Role from before head-identity.yaml (rbac.yaml without its account rules): `up` says what is lost and makes
+    the RayCluster anyway, its head pod on the namespace's default account."""
+    from raynb.manifest import render_rbac
+
+    role, binding = render_rbac(None, {"RAY_CLUSTER_NAME": NAME, "RBAC_SUBJECT": "User:viewer"})
+    role["rules"] = [r for r in role["rules"] if not {"serviceaccounts", "roles"} & set(r["resources"])]
+    for d in (role, binding):
+        apply(stack, d)
+    said: list[str] = []
+    try:
+        c = raynb.up(
+            values=VALUES,
+            set={"PYTHON_VERSION": HERE_PY},
+            kubeconfig=str(stack.viewer_kubeconfig),
+            connect=False,
+            timeout=60,
+            progress=said.append,
+        )
+        lost = [m for m in said if m.startswith("the head pod gets no account of its own")]
+        assert lost and "does not allow viewer to" in lost[0] and "serviceaccounts" in lost[0], said
+        assert "--rbac" in lost[0]
+        rc = kube.get_raycluster(kube_connect.connect_api(), kube.RayClusterRef(NAME, "ray-train"))
+        assert "serviceAccountName" not in rc["spec"]["headGroupSpec"]["template"]["spec"]
+        c.down(progress=lambda _m: None)
+    finally:
+        from conftest import delete
+
+        for d in (role, binding):
+            delete(stack, d["apiVersion"], d["kind"], d["metadata"]["name"], "ray-train")
+
+
 def test_missing_namespace(stack) -> None:
     with pytest.raises(kube.KubeError) as e:
         raynb.up(values=VALUES, set={"PYTHON_VERSION": HERE_PY}, namespace="nope", connect=False)
