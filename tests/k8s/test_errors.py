@@ -67,6 +67,18 @@ def test_rbac_forbidden_names_verb_and_resource(stack) -> None:
     assert "manifests/rbac.yaml" in e.value.fix
 
 
+def _up_as_viewer(stack, progress) -> raynb.Cluster:
+    """`up` (no connect) as the viewer, who may do what the Role the test gave it allows."""
+    return raynb.up(
+        values=VALUES,
+        set={"PYTHON_VERSION": HERE_PY},
+        kubeconfig=str(stack.viewer_kubeconfig),
+        connect=False,
+        timeout=60,
+        progress=progress,
+    )
+
+
 def test_rbac_manifest_is_enough(stack, tmp_path) -> None:
     """manifests/rbac.yaml's Role, rendered for the viewer and the cluster's name, lets it run the whole lifecycle
     and read its cluster's Ray token -- and no other Secret of the namespace; and make the head pod's own account
@@ -81,14 +93,7 @@ def test_rbac_manifest_is_enough(stack, tmp_path) -> None:
     for d in docs:
         apply(stack, d)
     try:
-        c = raynb.up(
-            values=VALUES,
-            set={"PYTHON_VERSION": HERE_PY},
-            kubeconfig=str(stack.viewer_kubeconfig),
-            connect=False,
-            timeout=60,
-            progress=lambda _m: None,
-        )
+        c = _up_as_viewer(stack, lambda _m: None)
         st = c.status()
         assert len(st.kube.pods) == 3 and st.kube.nodes == []  # nodes are cluster-scoped: not for this Role
         viewer = kube_connect.connect_api(kubeconfig=str(stack.viewer_kubeconfig))
@@ -140,14 +145,7 @@ def test_a_user_who_may_not_make_the_heads_account_gets_a_cluster_without_it(sta
         apply(stack, d)
     said: list[str] = []
     try:
-        c = raynb.up(
-            values=VALUES,
-            set={"PYTHON_VERSION": HERE_PY},
-            kubeconfig=str(stack.viewer_kubeconfig),
-            connect=False,
-            timeout=60,
-            progress=said.append,
-        )
+        c = _up_as_viewer(stack, said.append)
         lost = [m for m in said if m.startswith("the head pod gets no account of its own")]
         assert lost and "does not allow viewer to" in lost[0] and "serviceaccounts" in lost[0], said
         assert "--rbac" in lost[0]
