@@ -47,7 +47,7 @@ class RunRegistry:
         self._guard: asyncio.Task[None] | None = None  # stops the stalled runs that asked for it (on_stall="stop")
         self._stalled: set[str] = set()  # runs the guard found stalled at its last look
         self._notice: Notice | None = None  # the last one written on the RayCluster
-        self._notice_kick: asyncio.Event | None = None  # a run started or ended: write now
+        self._notice_kick = asyncio.Event()  # a run started or ended: write now
         self._notice_task: asyncio.Task[None] | None = None
         self._notice_refused: tuple[float, str] | None = None  # until when not to try again, and why
 
@@ -70,15 +70,12 @@ class RunRegistry:
     def _kick_notice(self) -> None:
         """A run started or ended: its RayCluster hears of it now (in a pod; elsewhere nothing is tried)."""
         if self._notice_task is None:
-            if PodIdentity.from_env() is None and self._notice is None:
+            if PodIdentity.from_env() is None:
                 return  # not a pod of a RayCluster (or no token yet): the next run's start looks again
-            self._notice_kick = asyncio.Event()
             self._notice_task = asyncio.get_running_loop().create_task(self._keep_notice())
-        assert self._notice_kick is not None
         self._notice_kick.set()
 
     async def _keep_notice(self) -> None:
-        assert self._notice_kick is not None
         while True:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._notice_kick.wait(), NOTICE_S)

@@ -128,16 +128,6 @@ def sets(values: dict[str, str]) -> str:
     return " ".join(f"--set {k}={v}" for k, v in values.items())
 
 
-@contextlib.contextmanager
-def _raynb_home(path: str) -> Iterator[None]:
-    saved = os.environ["RAYNB_HOME"]
-    os.environ["RAYNB_HOME"] = path
-    try:
-        yield
-    finally:
-        os.environ["RAYNB_HOME"] = saved
-
-
 @pytest.fixture(scope="package")
 def agent_port() -> int:
     """The port raynb's agent listens on in the head "pod" on the Ray Jobs path (a kernel asks for it: agent_port).
@@ -152,10 +142,26 @@ def agent_port() -> int:
 def head_account(stack: controlplane.Stack, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """What Kubernetes mounts into the head pod for its service account: the API server's CA and the namespace now,
     the token once the account exists (:func:`mount_head_token`, the kubelet's part)."""
-    d = tmp_path_factory.mktemp("head-serviceaccount")
+    return mount_head_account(stack, tmp_path_factory.mktemp("head-serviceaccount"))
+
+
+def mount_head_account(stack: controlplane.Stack, d: Path) -> Path:
+    """The API server's CA and the namespace in ``d``, as Kubernetes mounts them into a pod."""
     shutil.copy(stack.dir / "pki" / "ca.crt", d / "ca.crt")
     (d / "namespace").write_text("ray-train")
     return d
+
+
+def head_pod_env(stack: controlplane.Stack, account: Path) -> dict[str, str]:
+    """What a head pod's processes see of Kubernetes: the API server, the RayCluster's name (as KubeRay sets it) and
+    where its service account is mounted."""
+    api_host, api_port = stack.server.removeprefix("https://").rsplit(":", 1)
+    return {
+        "KUBERNETES_SERVICE_HOST": api_host,
+        "KUBERNETES_SERVICE_PORT": api_port,
+        "RAY_CLUSTER_NAME": NAME,
+        "RAYNB_SERVICEACCOUNT_DIR": str(account),
+    }
 
 
 def mount_head_token(stack: controlplane.Stack, account: Path) -> str:
@@ -199,14 +205,7 @@ def head_behind_pods(
     # as raynb's RayClusters are (authOptions), its token in the Secret KubeRay keeps for the cluster NAME (made here
     # first, so the operator keeps it rather than generating one this head does not know)
     home = str(tmp_path_factory.mktemp("head-behind-pods"))
-    api_host, api_port = stack.server.removeprefix("https://").rsplit(":", 1)
-    pod_env = {
-        "KUBERNETES_SERVICE_HOST": api_host,
-        "KUBERNETES_SERVICE_PORT": api_port,
-        "RAY_CLUSTER_NAME": NAME,
-        "RAYNB_SERVICEACCOUNT_DIR": str(head_account),
-    }
-    with _raynb_home(home), _env(**pod_env):
+    with _env(RAYNB_HOME=home, **head_pod_env(stack, head_account)):
         head = local.start_head(num_cpus=2, timeout=120, progress=print, auth=True)
     from kubernetes import client
 
@@ -257,5 +256,5 @@ def head_behind_pods(
     delete(stack, "v1", "Secret", NAME, "ray-train")
     delete(stack, "kwok.x-k8s.io/v1alpha1", "ClusterPortForward", "ray-head")
     delete(stack, "kwok.x-k8s.io/v1alpha1", "ClusterLogs", "ray-head")
-    with _raynb_home(home):
+    with _env(RAYNB_HOME=home):
         local.stop_head(head)

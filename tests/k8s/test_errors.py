@@ -4,12 +4,11 @@ against the real API server (RBAC, namespaces, discovery) where one is involved.
 from __future__ import annotations
 
 import dataclasses
-import shutil
 import time
 from pathlib import Path
 
 import pytest
-from conftest import HERE_PY, NAME, VALUES, apply, controlplane, mount_head_token
+from conftest import HERE_PY, NAME, VALUES, apply, controlplane, head_pod_env, mount_head_account, mount_head_token
 
 import raynb
 from raynb._cluster import kube_api as kube
@@ -105,14 +104,9 @@ def test_rbac_manifest_is_enough(stack, tmp_path) -> None:
         with pytest.raises(kube.KubeError, match="does not allow viewer to get secrets"):
             kube.ray_token(viewer, kube.RayClusterRef("someone-elses", "ray-train"))
         # the Role let the viewer make the head pod's own account, which may patch this RayCluster and no other
-        account = tmp_path / "head-serviceaccount"
-        account.mkdir()
-        shutil.copy(stack.dir / "pki" / "ca.crt", account / "ca.crt")
-        (account / "namespace").write_text("ray-train")
+        account = mount_head_account(stack, tmp_path)
         assert mount_head_token(stack, account) == NAME
-        host, port = stack.server.removeprefix("https://").rsplit(":", 1)
-        env = {"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": port, "RAY_CLUSTER_NAME": NAME}
-        ident = PodIdentity.from_env({**env, "RAYNB_SERVICEACCOUNT_DIR": str(account)})
+        ident = PodIdentity.from_env(head_pod_env(stack, account))
         assert ident is not None
         patch_raycluster(ident, {"metadata": {"labels": {run_notice.LABEL: "a-run"}}})
         assert kube.get_raycluster(viewer, ref)["metadata"]["labels"][run_notice.LABEL] == "a-run"
