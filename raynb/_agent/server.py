@@ -26,7 +26,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from .._client import cluster_side as side
@@ -128,8 +128,8 @@ class Agent:
 
         return {"python": platform.python_version(), "ray": ray.__version__, "node": socket.gethostname()}
 
-    def start_run(self, name: str, info: dict[str, Any], launcher_env: Mapping[str, str]) -> None:
-        self.channels[name] = side.start_run(name, info, launcher_env)
+    def start_run(self, name: str, info: dict[str, Any]) -> None:
+        self.channels[name] = side.start_run(name, info)
 
     def find_run(self, name: str) -> dict[str, Any] | None:
         found = side.find_run(name)

@@ -5,7 +5,7 @@ with the kernel's Python and Ray differing from the image's) is one more impleme
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from .._remote.launcher import Launcher
@@ -59,13 +59,13 @@ def resources() -> dict[str, Any]:
 
 
 @handles.calls_ray
-def start_run(name: str, info: dict[str, Any], launcher_env: Mapping[str, str]) -> RunChannel:
+def start_run(name: str, info: dict[str, Any]) -> RunChannel:
     """Register a new run under ``name`` with the warm launcher and sink (``info``: what a later kernel reads of it).
-    ``launcher_env``: the launcher's environment. Refused when another kernel took the name a moment ago."""
+    Refused when another kernel took the name a moment ago."""
     import ray
 
     reg = registry()
-    launcher, sink = take_spare(launcher_env, name)
+    launcher, sink = take_spare(name)
     taken = ray.get(reg.register.remote(name, info, launcher, sink))
     if taken is not None:
         drop_taken(name)

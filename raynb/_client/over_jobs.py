@@ -139,8 +139,8 @@ class JobsSide:
         found: dict[str, Any] = self.call("resources")
         return found
 
-    def prewarm(self, env: Mapping[str, str], after: str | None = None) -> None:
-        self.call("prewarm", env=dict(env), after=after)
+    def prewarm(self, after: str | None = None) -> None:
+        self.call("prewarm", after=after)
 
     def drop_spare(self) -> None:
         self.call("drop_spare")
@@ -148,8 +148,8 @@ class JobsSide:
     def free_name(self, name: str, *, given: bool) -> str:
         return str(self.call("free_name", name=name, given=given))
 
-    def start_run(self, name: str, info: dict[str, Any], launcher_env: Mapping[str, str]) -> JobsRunChannel:
-        self.call("start_run", name=name, info=info, launcher_env=dict(launcher_env))
+    def start_run(self, name: str, info: dict[str, Any]) -> JobsRunChannel:
+        self.call("start_run", name=name, info=info)
         return JobsRunChannel(self, name)
 
     def find_run(self, name: str) -> tuple[dict[str, Any], JobsRunChannel] | None:

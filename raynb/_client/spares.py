@@ -6,7 +6,6 @@ itself: its process, with Ray Train and torch imported, serves run after run (``
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from typing import Any
 
 from .._remote.launcher import Launcher
@@ -93,49 +92,45 @@ def sink_actor(ttl_s: float | None = None) -> Any:
     return cls.options(lifetime="detached", namespace=NAMESPACE, resources=on_head()).remote(ttl_s=ttl_s)
 
 
-EnvKey = tuple[tuple[str, str], ...]
-#: (launcher, sink, connection generation, launcher env, when made) of the spare pair, if one is warm.
-_spare: tuple[Any, Any, int, EnvKey, float] | None = None
-#: the launchers this process gave to runs, by run name (with the connection generation and their environment): one
-#: whose run ended by itself becomes the next spare (``prewarm(after=name)``)
-_taken: dict[str, tuple[Any, int, EnvKey]] = {}
-
-
-def _env_key(env: Mapping[str, str]) -> EnvKey:
-    return tuple(sorted(env.items()))
+#: (launcher, sink, connection generation, when made) of the spare pair, if one is warm.
+_spare: tuple[Any, Any, int, float] | None = None
+#: the launchers this process gave to runs, by run name (with the connection generation): one whose run ended by
+#: itself becomes the next spare (``prewarm(after=name)``)
+_taken: dict[str, tuple[Any, int]] = {}
 
 
 @handles.calls_ray
-def _new_pair(env: Mapping[str, str]) -> tuple[Any, Any]:
+def _new_pair() -> tuple[Any, Any]:
     import ray
 
     cls = ray.remote(num_cpus=0, max_concurrency=4)(Launcher)
+    # No runtime env of its own (a run's variables are set in the launcher as it starts the run): with the job's,
+    # Ray may hand it a worker process it started ahead, with Ray already imported -- seconds on a small head
     launcher = cls.options(  # on the head: Ray Train attaches its controller to the launcher's node
-        runtime_env={"env_vars": dict(env)}, lifetime="detached", namespace=NAMESPACE, resources=on_head()
+        lifetime="detached", namespace=NAMESPACE, resources=on_head()
     ).remote()
     launcher.warm.remote()
     return launcher, sink_actor(ttl_s=SPARE_TTL_S)
 
 
 @handles.calls_ray
-def prewarm(env: Mapping[str, str], after: str | None = None) -> None:
+def prewarm(after: str | None = None) -> None:
     """Make a launcher (with Ray Train imported) and a sink ready for the next run, in the background; and the
-    cluster's run registry, if this is its first run. ``env``: the launcher's environment
-    (``_shared.worker_env.launcher_env``). ``after``: a run this process started that has just ended by itself
-    (succeeded or failed, not stopped): its launcher is the next run's, where it has the same environment."""
+    cluster's run registry, if this is its first run. ``after``: a run this process started that has just ended by
+    itself (succeeded or failed, not stopped): its launcher is the next run's."""
     import ray
 
     global _spare
     ended = _taken.pop(after, None) if after is not None else None
-    gen, key = handles.generation(), _env_key(env)
+    gen = handles.generation()
     if not ray.is_initialized() or (_spare is not None and _spare[2] == gen):
         return
     registry()
-    if ended is not None and ended[1:] == (gen, key) and _alive(ended[0]):
+    if ended is not None and ended[1] == gen and _alive(ended[0]):
         launcher, sink = ended[0], sink_actor(ttl_s=SPARE_TTL_S)
     else:
-        launcher, sink = _new_pair(env)
-    _spare = (launcher, sink, gen, key, time.monotonic())
+        launcher, sink = _new_pair()
+    _spare = (launcher, sink, gen, time.monotonic())
 
 
 @handles.calls_ray
@@ -150,29 +145,29 @@ def _alive(launcher: Any) -> bool:
 
 
 @handles.calls_ray
-def take_spare(env: Mapping[str, str], name: str) -> tuple[Any, Any]:
-    """The warm launcher and sink for run ``name`` if they belong to this connection and this environment, else new
-    ones; claimed, so neither exits as an unclaimed spare would. ``env``: the launcher's environment."""
+def take_spare(name: str) -> tuple[Any, Any]:
+    """The warm launcher and sink for run ``name`` if they belong to this connection, else new ones; claimed, so
+    neither exits as an unclaimed spare would."""
     import ray
 
     global _spare
     spare, _spare = _spare, None
-    gen, key = handles.generation(), _env_key(env)
+    gen = handles.generation()
     pair = None
-    if spare is not None and spare[2:4] == (gen, key):
+    if spare is not None and spare[2] == gen:
         try:
             if ray.get(spare[0].claim.remote(), timeout=30):  # False: it hosts a run (one started meanwhile)
                 pair = spare[0], spare[1]
-                if time.monotonic() - spare[4] < SPARE_TTL_S / 2:
+                if time.monotonic() - spare[3] < SPARE_TTL_S / 2:
                     spare[1].claim.remote()  # made moments ago, maybe still starting: the run need not wait for it
                 else:
                     ray.get(spare[1].claim.remote(), timeout=30)  # it may have expired
         except Exception:  # noqa: BLE001 - it expired (idle longer than SPARE_TTL_S) or died: start a new pair
             pair = None
     if pair is None:
-        pair = _new_pair(env)
+        pair = _new_pair()
         ray.get([pair[0].claim.remote(), pair[1].claim.remote()], timeout=120)
-    _taken[name] = (pair[0], gen, key)
+    _taken[name] = (pair[0], gen)
     return pair
 
 

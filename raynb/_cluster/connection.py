@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 
 from .._client import side, use
 from .._settings import Settings
-from .._shared.worker_env import job_env, launcher_env
 from ..errors import UsageError, VersionMismatchError
 from . import driver, session
 from .backend import Say
@@ -87,13 +86,13 @@ def _connect_client(backend: Backend, settings: Settings, address: str, dashboar
         address,
         token_path=backend.token_path(),
         dashboard_url=dashboard_url,
-        runtime_env={"env_vars": job_env(), **backend.runtime_env()},
+        runtime_env=backend.runtime_env(),
         timeout=settings.connect_timeout_s,
         reconnect_grace_s=settings.client_reconnect_grace_s,
         progress=say,
     )
     use(None)
-    side().prewarm(launcher_env(settings.health_check_interval_s))  # the first run then starts as fast as a bare fit()
+    side().prewarm()  # the first run then starts as fast as a bare fit()
 
 
 def _connect_driver(backend: Backend, settings: Settings, gcs_address: str, say: Say) -> None:
@@ -106,12 +105,12 @@ def _connect_driver(backend: Backend, settings: Settings, gcs_address: str, say:
         session.match_auth_mode(token=False)
     driver.connect(
         gcs_address,
-        runtime_env={"env_vars": job_env(), **backend.runtime_env()},
+        runtime_env=backend.runtime_env(),
         timeout=settings.connect_timeout_s,
         say=say,
     )
     use(None)
-    side().prewarm(launcher_env(settings.health_check_interval_s))
+    side().prewarm()
 
 
 def _connect_jobs(backend: Backend, settings: Settings, dashboard_url: str | None, why: str, say: Say) -> str:
@@ -139,6 +138,6 @@ def _connect_jobs(backend: Backend, settings: Settings, dashboard_url: str | Non
         f"through Ray Jobs: kernel {platform.python_version()} / Ray {_kernel_ray()}, cluster {theirs['python']} / "
         f"Ray {theirs['ray']} ({why}); raynb's agent at {chosen.url}"
     )
-    chosen.prewarm(launcher_env(settings.health_check_interval_s))
+    chosen.prewarm()
     say(f"connected to {dashboard_url} {reached}")
     return reached

@@ -76,12 +76,14 @@ class Launcher:
         """``spec["trainer_kwargs"]``: ScalingConfig, RunConfig (worker env inside) and the user's other Ray Train
         objects, merged in the notebook (``_runs/trainer_config.py``), or ``{"plain": ...}``, their description as
         data where the kernel's Ray is not the cluster's. The outcome goes to the run registry whether or
-        not a kernel is listening."""
+        not a kernel is listening. ``spec["env"]``: the run's variables for Ray Train (``launcher_env``), set here
+        as a driver script sets them: Ray Train hands them on to its controller and workers."""
         import ray
 
         lease = _Lease(spec.get("leases_dir"), spec["name"])
         with self._lock:
             self._fits += 1
+            os.environ.update(spec.get("env") or {})
         try:
             outcome = self._fit(payload, config, spec, sink)
         finally:

@@ -226,13 +226,14 @@ class Run:
         self.started_at = time.time()
         self.status = "starting"
         info = {"spec": self.spec.summary(), "user": f"{getpass.getuser()}@{socket.gethostname()}"}
-        self._channel = side().start_run(self.name, info, launcher_env(self.settings.health_check_interval_s))
+        self._channel = side().start_run(self.name, info)
         remember(self.name, self.started_at, self.spec.storage_path)
         spec = {
             "name": self.name,
             "leases_dir": self.spec.leases_dir,
             "idle_after_s": self.settings.local_idle_after_run_s,
             "trainer_kwargs": self.spec.trainer_kwargs,
+            "env": launcher_env(self.settings.health_check_interval_s),
             "worker_info": {
                 "cwd": self.spec.cwd,
                 "expect_efa": self.spec.expect_efa,
@@ -388,7 +389,7 @@ class Run:
         leave ``wait()`` waiting forever."""
         with contextlib.suppress(Exception):  # the next run starts its own launcher then
             after = self.name if self.status in ("succeeded", "failed") and self._done.is_set() else None
-            side().prewarm(launcher_env(self.settings.health_check_interval_s), after=after)
+            side().prewarm(after=after)
 
     def _mark_ended(self) -> None:
         """The final state is in: what follows the run (a background view) draws its last picture, then wait() returns."""

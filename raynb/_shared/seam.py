@@ -9,7 +9,7 @@ picture -- so both fit the same calls."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 __all__ = [
@@ -115,9 +115,9 @@ class ClusterSide(Protocol):
         "Resources"}, ...]}``: the cluster's resources now, as plain data."""
         ...
 
-    def prewarm(self, env: Mapping[str, str], after: str | None = None) -> None:
-        """Make the registry, and a launcher and sink ready for the next run (``env``: the launcher's); ``after``: a
-        run this kernel started that ended by itself, whose launcher serves the next run."""
+    def prewarm(self, after: str | None = None) -> None:
+        """Make the registry, and a launcher and sink ready for the next run; ``after``: a run this kernel started
+        that ended by itself, whose launcher serves the next run."""
         ...
 
     def drop_spare(self) -> None:
@@ -126,7 +126,7 @@ class ClusterSide(Protocol):
 
     def free_name(self, name: str, *, given: bool) -> str: ...
 
-    def start_run(self, name: str, info: dict[str, Any], launcher_env: Mapping[str, str]) -> RunChannel: ...
+    def start_run(self, name: str, info: dict[str, Any]) -> RunChannel: ...
 
     def find_run(self, name: str) -> tuple[dict[str, Any], RunChannel] | None: ...
 

@@ -1,7 +1,8 @@
 """The environment of every process raynb starts on the cluster, and where each worker's NCCL log lands.
 
-Pure: no Ray, no I/O. Three consumers, one source: the job's runtime env (driver-side actors), the launcher actor
-(:func:`launcher_env`) and the Train workers (:func:`worker_env`).
+Pure: no Ray, no I/O. Two consumers, one source: the run's launcher (:func:`launcher_env`, set in its process for
+Ray Train to hand on) and the Train workers (:func:`worker_env`, their runtime env). raynb's own actors (registry,
+launcher, sink) take the job's runtime env: none on the embedded head, where Ray's pre-started workers then serve them.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from collections.abc import Mapping
 __all__ = [
     "worker_env",
     "launcher_env",
-    "job_env",
     "nccl_worker_env",
     "expand_debug_file",
     "STRICT_EFA_NET",
@@ -79,13 +79,10 @@ def expand_debug_file(pattern: str, *, hostname: str | None = None, pid: int | N
     return "".join(out)
 
 
-def job_env() -> dict[str, str]:
-    """Variables of the Ray Client job (every actor the notebook starts)."""
-    return dict(_PRINT_ONCE)
-
-
 def launcher_env(health_check_interval_s: float) -> dict[str, str]:
-    """Variables of the launcher actor that hosts ``TorchTrainer.fit()`` (and so Train's controller)."""
+    """Variables a run sets in the launcher that hosts its ``TorchTrainer.fit()``, as a driver script would: Ray Train
+    hands both on to its controller and workers. Not a runtime env: the job's actors keep the job's (none on the
+    embedded head), so Ray can give them the worker processes it started ahead."""
     return {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": str(health_check_interval_s), **_PRINT_ONCE}
 
 

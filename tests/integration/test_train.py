@@ -51,6 +51,7 @@ ENV_KEYS = (
     "TORCH_SYMM_MEM_DISABLE_MULTICAST",
     "PYTHONUNBUFFERED",
     "RAY_TRAIN_ENABLE_PRINT_PATCH",
+    "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S",
     "FOO",
 )
 # one cell, four parts, each read back from its own records: what reached the worker (step 1); globals, --config, a
@@ -222,6 +223,15 @@ def test_one_run_carries_globals_modules_env_metrics_and_nccl(
         assert (env["NCCL_NVLS_ENABLE"], env["TORCH_SYMM_MEM_DISABLE_MULTICAST"]) == ("0", "1")  # multicast off
         assert (env["PYTHONUNBUFFERED"], env["RAY_TRAIN_ENABLE_PRINT_PATCH"], env["FOO"]) == ("1", "0", "bar")
         assert env["NCCL_NET"] == "<unset>"
+        # set in the launcher, not in a runtime env of its own; Ray Train hands it on (0.25 s: tests/conftest.py)
+        assert env["RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"] == "0.25"
+    # raynb's own actors have no runtime env of their own -- Ray's pre-started worker processes can serve them
+    from ray.util.state import list_actors
+
+    ours = list_actors(address=cluster.dashboard_url, filters=[("ray_namespace", "=", "raynb")], detail=True)
+    envs = {a.class_name: json.loads(a.serialized_runtime_env or "{}") for a in ours if a.state == "ALIVE"}
+    assert {"Launcher", "RunRegistry", "MetricsSink"} <= set(envs), envs
+    assert not [name for name, env in envs.items() if env.get("env_vars")], envs
     # the NCCL watcher: a summary sent again as rank 0's log grew, from init lines to the connected channels
     summaries = [e["summary"] for e in run.events if e.get("kind") == "nccl" and e["rank"] == 0]
     assert len(summaries) >= 2, summaries
