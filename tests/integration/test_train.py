@@ -225,12 +225,15 @@ def test_one_run_carries_globals_modules_env_metrics_and_nccl(
         assert env["NCCL_NET"] == "<unset>"
         # set in the launcher, not in a runtime env of its own; Ray Train hands it on (0.25 s: tests/conftest.py)
         assert env["RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"] == "0.25"
-    # raynb's own actors have no runtime env of their own -- Ray's pre-started worker processes can serve them
+    # the run's launcher and sink have no runtime env of their own (this kernel's job has none on the embedded head),
+    # so Ray's pre-started worker processes can serve them. Only the run's own: the Jobs path's agent, a Ray Job with
+    # variables of its own, makes launchers on the same head in the same session
     from ray.util.state import list_actors
 
+    own = {run._channel.launcher._actor_id.hex(), run._channel.sink._actor_id.hex()}
     ours = list_actors(address=cluster.dashboard_url, filters=[("ray_namespace", "=", "raynb")], detail=True)
-    envs = {a.class_name: json.loads(a.serialized_runtime_env or "{}") for a in ours if a.state == "ALIVE"}
-    assert {"Launcher", "RunRegistry", "MetricsSink"} <= set(envs), envs
+    envs = {a.class_name: json.loads(a.serialized_runtime_env or "{}") for a in ours if a.actor_id in own}
+    assert set(envs) == {"Launcher", "MetricsSink"}, envs
     assert not [name for name, env in envs.items() if env.get("env_vars")], envs
     # the NCCL watcher: a summary sent again as rank 0's log grew, from init lines to the connected channels
     summaries = [e["summary"] for e in run.events if e.get("kind") == "nccl" and e["rank"] == 0]
