@@ -235,6 +235,12 @@ def test_one_run_carries_globals_modules_env_metrics_and_nccl(
     envs = {a.class_name: json.loads(a.serialized_runtime_env or "{}") for a in ours if a.actor_id in own}
     assert set(envs) == {"Launcher", "MetricsSink"}, envs
     assert not [name for name, env in envs.items() if env.get("env_vars")], envs
+    # Ray Train's first actor on the cluster was made by the warm launcher at `up`, before any run: made by a Train
+    # controller it would carry the controller's runtime env (Ray Train gives it variables of its own)
+    (coordinator,) = list_actors(
+        address=cluster.dashboard_url, filters=[("name", "=", "AutoscalingCoordinator")], detail=True
+    )
+    assert not json.loads(coordinator.serialized_runtime_env or "{}").get("env_vars"), coordinator
     # the NCCL watcher: a summary sent again as rank 0's log grew, from init lines to the connected channels
     summaries = [e["summary"] for e in run.events if e.get("kind") == "nccl" and e["rank"] == 0]
     assert len(summaries) >= 2, summaries
