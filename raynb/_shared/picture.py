@@ -15,49 +15,15 @@ import math
 import pickle
 from typing import Any
 
+from .flat_series import Decimated, Points, StepCounts
 from .series import _COUNT_KEYS, Series, _num, pick_key, rate_of
 
 __all__ = ["Aggregate", "Decimated", "loads", "log_line"]
 
-Points = list[tuple[float, float]]
 RANK_LINES = 8
 OPEN_STEPS = 64
 #: steps whose counts are kept for the current throughput (it looks at the last 10 s of them)
 COUNT_STEPS = 1024
-
-
-class Decimated:
-    """A series held to at most ``cap`` points: past that, neighbours are averaged in pairs and later points are
-    averaged in buckets twice as large. ``per_point`` says how many appended points one kept point stands for."""
-
-    __slots__ = ("_acc", "cap", "per_point", "points")
-
-    def __init__(self, cap: int = 1024) -> None:
-        self.cap, self.per_point = cap, 1
-        self.points: Points = []
-        self._acc = [0.0, 0.0, 0]
-
-    def append(self, x: float, y: float) -> None:
-        acc = self._acc
-        acc[0] += x
-        acc[1] += y
-        acc[2] += 1
-        if acc[2] >= self.per_point:
-            self.points.append((acc[0] / acc[2], acc[1] / acc[2]))
-            self._acc = [0.0, 0.0, 0]
-            if len(self.points) > self.cap:
-                p = self.points
-                self.points = [((a[0] + b[0]) / 2, (a[1] + b[1]) / 2) for a, b in zip(p[::2], p[1::2], strict=False)]
-                if len(p) % 2:
-                    self._acc = [p[-1][0] * self.per_point, p[-1][1] * self.per_point, self.per_point]
-                self.per_point *= 2
-
-    def view(self) -> Points:
-        acc = self._acc
-        return self.points + ([(acc[0] / acc[2], acc[1] / acc[2])] if acc[2] else [])
-
-    def __len__(self) -> int:
-        return len(self.points) + (1 if self._acc[2] else 0)
 
 
 class _PerStep:
@@ -122,7 +88,7 @@ class Aggregate:
         self._newest = (1, 0)
         #: per step: the counts every rank reported (samples/tokens), the latest time one arrived, how many ranks,
         #: the segment
-        self._counts: dict[float, list[Any]] = {}
+        self._counts = StepCounts(keep=COUNT_STEPS)
         self._pending: list[dict[str, Any]] = []  # records seen before the plotted key is known (bounded)
         #: (step, attempt) where Ray Train started the workers again after a failure
         self.restarts: list[tuple[float, int]] = []
@@ -143,9 +109,12 @@ class Aggregate:
         self.gpu_recent: dict[int, list[tuple[float, float]]] = {}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        """A picture pickled by a sink of an earlier raynb lacks what came later: those start empty."""
+        """A picture pickled by a sink of an earlier raynb lacks what came later: those start empty (and held its
+        counts as a dict)."""
         self.__init__()  # type: ignore[misc]
         self.__dict__.update(state)
+        if isinstance(self._counts, dict):
+            self._counts = StepCounts.from_dict(self._counts, keep=COUNT_STEPS)
 
     def update(self, records: list[dict[str, Any]]) -> Aggregate:
         """Consume what is new in a list that only grows."""
@@ -190,13 +159,7 @@ class Aggregate:
             self._progress(r, rank, step, t, segment)
             count = next((v for k, _u in _COUNT_KEYS if (v := _num(r.get(k))) is not None), None)
             if count is not None and t is not None:
-                acc_c = self._counts.setdefault(step, [0.0, 0.0, 0, segment])
-                acc_c[0] += count
-                acc_c[1] = max(acc_c[1], t)
-                acc_c[2] += 1
-                if len(self._counts) > 2 * COUNT_STEPS:
-                    for k in list(self._counts)[:-COUNT_STEPS]:  # the oldest steps (dicts keep arrival order)
-                        del self._counts[k]
+                self._counts.add(step, count, t, segment)
             got = rate_of(r, self._prev_t.get(rank))
             if t is not None:
                 self._prev_t[rank] = t
@@ -307,7 +270,7 @@ class Aggregate:
 
     @property
     def has_counts(self) -> bool:
-        return bool(self._counts)
+        return len(self._counts) > 0
 
     def counted_rate(self, *, window_s: float = 10.0, min_span_s: float = 2.0, min_steps: int = 2) -> float | None:
         """Cluster throughput from reported counts: what all ranks counted over the last ``window_s`` seconds of
@@ -315,7 +278,7 @@ class Aggregate:
         reports and ``min_steps`` complete steps: a burst of back-to-back reports has no time base, so None (shown as
         "–"), not a made-up rate."""
         ranks = len(self.tput_ranks) or 1
-        steps = sorted((c[1], c[0]) for c in self._counts.values() if c[2] >= ranks and c[3] == self._newest)
+        steps = self._counts.complete(ranks, self._newest)
         if len(steps) < max(min_steps, 2):
             return None
         t_end = steps[-1][0]

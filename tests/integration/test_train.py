@@ -82,15 +82,17 @@ if ray.train.get_context().get_world_rank() == 0:
 )
 
 
-def _nice_by_process(*titles: str) -> dict[str, list[int]]:
-    """The nice value of every thread of this machine's processes with these titles (this head's, in the tests)."""
-    out: dict[str, list[int]] = {t: [] for t in titles}
+def _sched_by_process(*titles: str) -> dict[str, list[tuple[int, int]]]:
+    """(scheduling policy, nice value) of every thread of this machine's processes with these titles (this head's,
+    in the tests)."""
+    out: dict[str, list[tuple[int, int]]] = {t: [] for t in titles}
     for proc in Path("/proc").iterdir():
         try:
             title = (proc / "cmdline").read_bytes().split(b"\0")[0].decode().strip().split(".")[0]  # ray::Cls.method
             if title in out:
                 for task in (proc / "task").iterdir():
-                    out[title].append(int((task / "stat").read_text().rsplit(")", 1)[1].split()[16]))
+                    fields = (task / "stat").read_text().rsplit(")", 1)[1].split()  # proc(5): from field 3 on
+                    out[title].append((int(fields[38]), int(fields[16])))
         except (OSError, ValueError):
             pass
     return out
@@ -136,9 +138,9 @@ def test_one_run_carries_globals_modules_env_metrics_and_nccl(
     """One cold run that checks what every run needs, each check on its own records: notebook globals, --config and
     a module beside the notebook reach the workers; plain ray.train.report takes raynb's non-blocking path; raynb's
     worker defaults, NCCL's summary-mode variables and --env (which wins) reach every rank; loss and samples from
-    both ranks arrive while the run goes; raynb's sink runs at nice 19 and its control path does not; and the live
-    NCCL watcher, fed a growing real NCCL log (an H200 capture) on rank 0, turns it into the run's badge as the file
-    grows. This IPython has no HTML front-end (it is terminal IPython's shell), so the run also shows its text view:
+    both ranks arrive while the run goes; raynb's sink runs in the idle scheduling class and its control path does
+    not; and the live NCCL watcher, fed a growing real NCCL log (an H200 capture) on rank 0, turns it into the run's
+    badge as the file grows. This IPython has no HTML front-end (it is terminal IPython's shell), so the run also shows its text view:
     a progress line that ends before a worker's print lands, and none of Ray's chatter. (The other --nccl modes and --strict-efa change only which variables the same path sets:
     tests/unit/test_nccl_env_badges.py follows them from the magic's line to the worker env.)"""
     (tmp_path / "nb_helpers.py").write_text("def scale(x):\n    return 10 * x\n")
@@ -147,7 +149,7 @@ def test_one_run_carries_globals_modules_env_metrics_and_nccl(
     sys.path.insert(0, str(tmp_path))
     ip.user_ns.update(KEYS=ENV_KEYS, FIXTURE=str(NCCL_FIXTURE))
     seen_live: set[int] = set()
-    nice: dict[str, list[int]] = {}
+    sched: dict[str, list[tuple[int, int]]] = {}
     running = threading.Event()
 
     def watch() -> None:
@@ -156,8 +158,8 @@ def test_one_run_carries_globals_modules_env_metrics_and_nccl(
             run = active_run()
             if run is not None and not run._done.is_set():
                 seen_live.update(r["rank"] for r in run.records)
-                if seen_live == {0, 1} and not nice:
-                    nice.update(_nice_by_process("ray::MetricsSink", "ray::Launcher", "ray::RunRegistry"))
+                if seen_live == {0, 1} and not sched:
+                    sched.update(_sched_by_process("ray::MetricsSink", "ray::Launcher", "ray::RunRegistry"))
                     return
             time.sleep(0.1)
 
@@ -196,11 +198,12 @@ def test_one_run_carries_globals_modules_env_metrics_and_nccl(
     assert sorted(df["rank"].unique()) == [0, 1]
     # metrics from both ranks reached the notebook while the run went on
     assert seen_live == {0, 1}, "metrics from both ranks must reach the notebook while the run goes"
-    # the run's sink (where each report is handled) runs in the time training leaves: every thread at nice 19; the
-    # launcher and the registry (the control path: starting, stopping, finishing) keep their priority
-    assert nice["ray::MetricsSink"] and set(nice["ray::MetricsSink"]) == {19}, nice
-    assert nice["ray::Launcher"] and nice["ray::RunRegistry"], nice  # both found, so the next line checks something
-    assert 19 not in nice["ray::Launcher"] + nice["ray::RunRegistry"], nice
+    # the run's sink (where each report is handled) runs in the time training leaves: every thread in Linux's idle
+    # scheduling class; the launcher and the registry (the control path: starting, stopping, finishing) keep theirs
+    assert sched["ray::MetricsSink"] and {p for p, _ in sched["ray::MetricsSink"]} == {os.SCHED_IDLE}, sched
+    control = sched["ray::Launcher"] + sched["ray::RunRegistry"]
+    assert sched["ray::Launcher"] and sched["ray::RunRegistry"], sched  # both found: the next line checks something
+    assert all(p == os.SCHED_OTHER and n < 19 for p, n in control), sched
     # training: 60 steps of loss and samples per rank, the loss falling
     trained = df.dropna(subset=["samples"])
     assert trained.groupby("rank")["samples"].count().tolist() == [60, 60]

@@ -122,16 +122,70 @@ def test_a_picture_pickled_where_it_lived_before_the_move_still_loads() -> None:
     from raynb._shared.picture import loads
 
     agg = Aggregate().update(_records(2, 50))
+    homes = {cls: cls.__module__ for cls in (Aggregate, Decimated)}
     sys.modules["raynb.display.aggregate"] = picture  # the class where the old sink had it
     try:
-        for cls in (Aggregate, Decimated):
+        for cls in homes:
             cls.__module__ = "raynb.display.aggregate"
         old = pickle.dumps(agg)
     finally:
-        for cls in (Aggregate, Decimated):
-            cls.__module__ = picture.__name__
+        for cls, home in homes.items():
+            cls.__module__ = home
         del sys.modules["raynb.display.aggregate"]
     assert b"raynb.display.aggregate" in old
     with_new_names = loads(old)
     assert type(with_new_names) is Aggregate and with_new_names.records == agg.records
     assert with_new_names.tput_total() == agg.tput_total()
+
+
+def test_a_picture_crosses_the_wire_as_a_few_arrays_and_draws_the_same() -> None:
+    """The sink pickles the picture up to four times a second while the run trains beside it: its series are flat
+    arrays, so loading one in the notebook makes a few dozen objects, not one per point (a kernel that has imported
+    torch paid a full garbage collection every few pictures). What the view draws is the same as the sink's."""
+    import gc
+
+    from raynb._shared.picture import loads
+
+    recs = _records(ranks=2, steps=3000)
+    sink = Aggregate()
+    for i in range(0, len(recs), 8):
+        sink.add(recs[i : i + 8])
+    data = pickle.dumps(sink, protocol=pickle.HIGHEST_PROTOCOL)
+    gc.collect()
+    gc.disable()
+    try:
+        before = gc.get_count()[0]
+        here = loads(data)
+        made = gc.get_count()[0] - before  # container objects this load made (8,759 as lists of pairs)
+    finally:
+        gc.enable()
+    assert made < 1000, made
+    assert here.metric_series() == sink.metric_series() and here.tput_series() == sink.tput_series()
+    assert here.metric_mean() == sink.metric_mean() and here.tput_total() == sink.tput_total()
+    assert here.counted_rate() == sink.counted_rate() == 2 * 32 / 0.1
+    finished = {"window_s": float("inf"), "min_span_s": 0.0, "min_steps": 2}
+    assert here.counted_rate(**finished) == sink.counted_rate(**finished)
+    # a loaded picture that gets records (the notebook's own aggregate of an attached run) goes on as the sink's
+    more = [{**r, "step": r["step"] + 3000, "time": r["time"] + 300.0} for r in _records(ranks=2, steps=50)]
+    here.add(more), sink.add(more)
+    assert here.counted_rate() == sink.counted_rate() and here.tput_total() == sink.tput_total()
+
+
+def test_a_picture_in_the_form_an_earlier_sink_pickled_still_loads() -> None:
+    """A sink started by an earlier raynb (an embedded head kept across an upgrade) holds each series as a list of
+    point pairs and the per-step counts as a dict: the kernel reads them as today's."""
+    agg = Aggregate().update(_records(2, 200))
+    state = dict(agg.__dict__)
+    state["_counts"] = {k: list(v) for k, v in agg._counts._steps.items()}
+    old_lines = {}
+    for rank, line in agg.metric.items():
+        old = Decimated.__new__(Decimated)
+        old.__setstate__(
+            (None, {"cap": line.cap, "per_point": line.per_point, "_acc": line._acc, "points": line.points})
+        )
+        old_lines[rank] = old
+    state["metric"] = old_lines
+    loaded = Aggregate.__new__(Aggregate)
+    loaded.__setstate__(state)
+    assert loaded.metric_series() == agg.metric_series()
+    assert loaded.counted_rate() == agg.counted_rate() == 2 * 32 / 0.1
