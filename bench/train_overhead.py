@@ -9,12 +9,16 @@ modes alternate, and the order flips every round (bare, raynb / raynb, bare / ..
   Target: raynb <= bare + 1 s.
 - steps_per_s: steady state, after 20 warm-up steps (each row says how long its steady window was: >= 20 s on 2
   cores with the default steps). Target: raynb / bare >= 0.98 in every paired round.
+- raynb_processes_cpu_s: CPU seconds that raynb's processes on the head (its sinks, launchers and registry) and this
+  driver (the notebook's place: it follows the picture) spent during each run, from /proc -- what raynb takes from a
+  machine whose cores train, independent of the host's speed. The bare run's row is the same processes idle.
 raynb's run reports loss and samples every step (what a user does); the bare run reports nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -28,6 +32,23 @@ from machine import emit  # bench/machine.py, beside this script
 import raynb
 
 WARMUP = 20
+#: raynb's own processes on the head, by the title Ray gives an actor's process
+RAYNB_TITLES = ("ray::MetricsSink", "ray::Launcher", "ray::RunRegistry")
+
+
+def raynb_cpu_s() -> float:
+    """CPU seconds so far of raynb's actor processes on this machine (the embedded head) and of this process."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = time.process_time()
+    for proc in Path("/proc").iterdir():
+        try:
+            title = (proc / "cmdline").read_bytes().split(b"\0")[0].decode().strip().split(".")[0]
+            if title in RAYNB_TITLES:
+                fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+                total += (int(fields[11]) + int(fields[12])) / tick  # utime + stime (proc(5): fields 14, 15)
+        except (OSError, ValueError):
+            pass
+    return total
 
 
 @ray.remote(num_cpus=0)
@@ -146,7 +167,9 @@ def main() -> None:
         ray.get(timings.take.remote())
     for i in range(args.rounds):
         for mode in ("bare", "raynb") if i % 2 == 0 else ("raynb", "bare"):
+            cpu0 = raynb_cpu_s()
             start = modes[mode](args.steps)
+            cpu_s = raynb_cpu_s() - cpu0
             (row,) = ray.get(timings.take.remote())
             rows[mode].append(
                 {
@@ -154,6 +177,7 @@ def main() -> None:
                     "start_to_first_step_s": row["t_first"] - start["t0"],
                     "steps_per_s": row["steps_per_s"],
                     "steady_window_s": row["steady_s"],
+                    "raynb_processes_cpu_s": cpu_s,
                 }
             )
 
@@ -188,6 +212,11 @@ def main() -> None:
             "ratio_raynb_over_bare": med("raynb", "steps_per_s") / med("bare", "steps_per_s"),
             "target_min_ratio": 0.98,
         },
+    }
+    out["raynb_processes_cpu_s"] = {
+        "bare": med("bare", "raynb_processes_cpu_s"),
+        "raynb": med("raynb", "raynb_processes_cpu_s"),
+        "what": "median over rounds: raynb's sinks, launchers and registry on the head plus this driver, per run",
     }
     out["paired"] = {
         "first_step_raynb_minus_bare_s": first_diff,
