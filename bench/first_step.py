@@ -39,8 +39,10 @@ from machine import emit  # noqa: E402 - bench/machine.py, beside this script
 
 def first_step(config: dict[str, Any]) -> dict[str, Any]:
     """Build the model, compile it, take one step; what it saw (also reported to raynb when inside a run)."""
-    import os
     import time
+
+    entered = time.time()
+    import os
 
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -69,6 +71,7 @@ def first_step(config: dict[str, Any]) -> dict[str, Any]:
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 
     out = {
+        "fn_entered": entered,
         "fn_started": started,
         "step_done": done,
         "first_step_in_fn_s": done - t0,
@@ -177,10 +180,15 @@ def with_raynb(config: dict[str, Any], name: str) -> dict[str, Any]:
         for e in run.events
         if isinstance(e.get("time"), (int, float))
     ]
+    done = next((e for e in run.events if e.get("kind") == "worker_done"), {})
+    marks = {**(done.get("setup_at") or {}), "fn_entered": got.get("fn_entered"), "fn_started": got["fn_started"]}
     return {
         **got,
         "to_fn_s": got["fn_started"] - t_call,
         "to_first_step_s": got["step_done"] - t_call,
+        # seconds after the call: the worker process started, raynb's set-up on it (each step's end), the function
+        # entered, its imports done (fn_started)
+        "way_to_fn_s": {k: round(v - t_call, 2) for k, v in marks.items() if isinstance(v, (int, float))},
         "cpus_per_worker": run.spec.cpus_per_worker,
         "events": events,
     }

@@ -9,9 +9,10 @@ modes alternate, and the order flips every round (bare, raynb / raynb, bare / ..
   Target: raynb <= bare + 1 s.
 - steps_per_s: steady state, after 20 warm-up steps (each row says how long its steady window was: >= 20 s on 2
   cores with the default steps). Target: raynb / bare >= 0.98 in every paired round.
-- raynb_processes_cpu_s: CPU seconds that raynb's processes on the head (its sinks, launchers and registry) and this
-  driver (the notebook's place: it follows the picture) spent during each run, from /proc -- what raynb takes from a
-  machine whose cores train, independent of the host's speed. The bare run's row is the same processes idle.
+- raynb_processes_cpu_s: CPU seconds that raynb's processes on the head (its sinks, launchers and registry, those
+  started during the run included) and this driver (the notebook's place: it follows the picture) spent from the
+  call to its return, from /proc -- what raynb takes from a machine whose cores train, less dependent on the host's
+  speed than a rate. The bare run's row is the same processes idle.
 raynb's run reports loss and samples every step (what a user does); the bare run reports nothing.
 """
 
@@ -36,19 +37,26 @@ WARMUP = 20
 RAYNB_TITLES = ("ray::MetricsSink", "ray::Launcher", "ray::RunRegistry")
 
 
-def raynb_cpu_s() -> float:
-    """CPU seconds so far of raynb's actor processes on this machine (the embedded head) and of this process."""
+def raynb_cpu_s() -> dict[int, float]:
+    """CPU seconds so far of raynb's actor processes on this machine (the embedded head), by pid, and of this
+    process (under pid 0)."""
     tick = os.sysconf("SC_CLK_TCK")
-    total = time.process_time()
+    out = {0: time.process_time()}
     for proc in Path("/proc").iterdir():
         try:
             title = (proc / "cmdline").read_bytes().split(b"\0")[0].decode().strip().split(".")[0]
             if title in RAYNB_TITLES:
                 fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
-                total += (int(fields[11]) + int(fields[12])) / tick  # utime + stime (proc(5): fields 14, 15)
+                out[int(proc.name)] = (int(fields[11]) + int(fields[12])) / tick  # utime + stime (proc(5): 14, 15)
         except (OSError, ValueError):
             pass
-    return total
+    return out
+
+
+def cpu_spent(before: dict[int, float], after: dict[int, float]) -> float:
+    """What the processes spent between two readings: those that started meanwhile count whole; those that ended
+    meanwhile (an idle spare leaving) count nothing -- their last seconds are not readable, so this is a floor."""
+    return sum(t - before.get(pid, 0.0) for pid, t in after.items())
 
 
 @ray.remote(num_cpus=0)
@@ -169,7 +177,7 @@ def main() -> None:
         for mode in ("bare", "raynb") if i % 2 == 0 else ("raynb", "bare"):
             cpu0 = raynb_cpu_s()
             start = modes[mode](args.steps)
-            cpu_s = raynb_cpu_s() - cpu0
+            cpu_s = cpu_spent(cpu0, raynb_cpu_s())
             (row,) = ray.get(timings.take.remote())
             rows[mode].append(
                 {

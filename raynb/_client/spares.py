@@ -160,8 +160,8 @@ def take_spare(name: str) -> tuple[Any, Any]:
                 pair = spare[0], spare[1]
                 if time.monotonic() - spare[3] < SPARE_TTL_S / 2:
                     spare[1].claim.remote()  # made moments ago, maybe still starting: the run need not wait for it
-                else:
-                    ray.get(spare[1].claim.remote(), timeout=30)  # it may have expired
+                elif not ray.get(spare[1].claim.remote(), timeout=30):  # it expired: it is leaving
+                    pair = None
         except Exception:  # noqa: BLE001 - it expired (idle longer than SPARE_TTL_S) or died: start a new pair
             pair = None
     if pair is None:

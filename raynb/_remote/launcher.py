@@ -24,6 +24,7 @@ from typing import Any
 
 from .._shared.host import lease
 from .._shared.seam import SPARE_TTL_S
+from .detached import leave
 
 #: an ended run's launcher exits unless claimed again within this (its kernel claims it as it sees the run end)
 RECLAIM_S = 60.0
@@ -39,13 +40,15 @@ class Launcher:
         self._ttl_s = ttl_s
         self._lock = threading.Lock()
         self._fits = 0
+        self._leaving = False
         self._exit_at = time.monotonic() + ttl_s
         threading.Thread(target=self._exit_when_idle, name="raynb-launcher-idle", daemon=True).start()
 
     def claim(self) -> bool:
-        """Reserve this launcher for a run (the next ``SPARE_TTL_S``); False while it hosts one."""
+        """Reserve this launcher for a run (the next ``SPARE_TTL_S``); False while it hosts one, or once it has
+        decided to leave (idle too long)."""
         with self._lock:
-            if self._fits:
+            if self._fits or self._leaving:
                 return False
             self._exit_at = time.monotonic() + self._ttl_s
             return True
@@ -53,9 +56,11 @@ class Launcher:
     def _exit_when_idle(self) -> None:
         while True:
             time.sleep(min(5.0, self._ttl_s / 4))
-            with self._lock:  # held while exiting: a claim is either in before the check or refused by a dead actor
+            with self._lock:  # a claim is either in before the check or refused from then on
                 if not self._fits and time.monotonic() > self._exit_at:
-                    os._exit(0)
+                    self._leaving = True
+                    break
+        leave()
 
     def alive(self) -> bool:
         return True

@@ -15,13 +15,12 @@ import json
 import os
 import pickle
 import tempfile
-import threading
 import time
 from typing import Any
 
 from .._shared.picture import Aggregate
 from .._shared.progress import progress, stall
-from .detached import exit_unless_claimed, yield_cpu_to_training
+from .detached import SpareClock, yield_cpu_to_training
 
 __all__ = ["MetricsSink"]
 
@@ -54,14 +53,12 @@ class MetricsSink:
         self._picture = Aggregate()
         self._version = 0  # one more for each push or event: what a notebook's picture is up to date with
         self._pickled: tuple[int, bytes] | None = None  # (version, picture): every kernel following gets the same
-        self._claimed = threading.Event()
-        if ttl_s is not None:
-            exit_unless_claimed(self._claimed, ttl_s)
+        self._clock = SpareClock(ttl_s) if ttl_s is not None else None
         yield_cpu_to_training()
 
     async def claim(self) -> bool:
-        self._claimed.set()
-        return True
+        """Reserve this sink for a run; False where it was a spare nobody claimed in time (it is leaving)."""
+        return self._clock.claim() if self._clock is not None else True
 
     async def push(self, records: list[dict[str, Any]]) -> None:
         for r in records:

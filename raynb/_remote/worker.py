@@ -180,6 +180,8 @@ def run_on_worker(payload: bytes, config: dict[str, Any], sink: Any, info: dict[
     import ray.train
     from ray import cloudpickle
 
+    #: when each step of the worker's set-up ended (wall clock): the run's start, split, in its worker_done event
+    setup_at = {"process_started": _process_started(), "setup_began": time.time()}
     ctx = ray.train.get_context()
     rank = ctx.get_world_rank()
     sampler = GpuSampler(ctx.get_local_rank()) if info.get("gpu_sampling", True) else None
@@ -211,12 +213,15 @@ def run_on_worker(payload: bytes, config: dict[str, Any], sink: Any, info: dict[
             "gpu_sampling_off": sampler.why_off if sampler is not None else None,
         }
     )
-    t0 = time.time()
+    t0 = setup_at["started_event_sent"] = time.time()
     nccl = NcclWatcher(sink, rank, info)
     storage = _storage(ctx)
+    setup_at["nccl_watcher_started"] = time.time()
     loaded = compile_cache.load(storage)  # what an earlier run compiled, for a node that starts empty
+    setup_at["compile_cache_loaded"] = time.time()
     try:
         fn = build(payload) if is_packed(payload) else cloudpickle.loads(payload)
+        setup_at["function_built"] = time.time()
         fn(config)
     except BaseException as e:
         nccl.close()
@@ -232,13 +237,33 @@ def run_on_worker(payload: bytes, config: dict[str, Any], sink: Any, info: dict[
         with contextlib.suppress(Exception):
             counts = compile_counts()
             kept = compile_cache.keep(storage, counts, loaded) if rank == 0 else {}
-            done = {"kind": "worker_done", "rank": rank, "seconds": time.time() - t0, **counts, **loaded, **kept}
+            done = {
+                "kind": "worker_done",
+                "rank": rank,
+                "seconds": time.time() - t0,
+                "setup_at": setup_at,
+                **counts,
+                **loaded,
+                **kept,
+            }
             ray.get(sink.event.remote(done), timeout=5)
     finally:
         _untee(real_out, real_err)
         restore()
         unhook()
         metrics._set_reporter(None)
+
+
+def _process_started() -> float | None:
+    """When this process started (wall clock; Linux's /proc), else None."""
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # proc(5) field 22: start time after boot
+        with open("/proc/uptime") as f:
+            up = float(f.read().split()[0])
+        return time.time() - (up - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _storage(ctx: Any) -> Any | None:

@@ -241,3 +241,39 @@ def test_a_cluster_reached_by_address_is_used_and_left_running(cluster: raynb.Cl
     finally:
         cluster.connect()
         set_current(cluster)
+
+
+def test_an_unclaimed_spare_leaves_the_way_ray_expects(cluster: raynb.Cluster) -> None:
+    """A spare launcher and sink nobody claims in time go by themselves through Ray's graceful exit: a process that
+    simply exits is, to Ray, a worker that "died by an unexpected system error", and every connected notebook printed
+    that as a red paragraph whenever an idle spare went. A claim that comes once the spare is leaving is refused (the
+    kernel then starts another), never taken by an actor on its way out."""
+    import ray
+
+    from raynb._client.spares import sink_actor
+    from raynb._remote.launcher import Launcher
+
+    launcher = ray.remote(num_cpus=0, max_concurrency=4)(Launcher).remote(ttl_s=1.0)
+    sink = sink_actor(ttl_s=1.0)
+    assert ray.get([launcher.alive.remote(), sink.summary.remote()], timeout=60)
+    ids = {"launcher": launcher._actor_id.hex(), "sink": sink._actor_id.hex()}
+
+    @ray.remote(num_cpus=0)
+    def gcs_says(actor_id: str) -> tuple[str, str]:  # on the cluster: the kernel may be a Ray Client
+        info = ray._private.state.actors(actor_id=actor_id)
+        return info["State"], str(info["DeathCause"])
+
+    ended: dict[str, str] = {}
+    deadline = time.monotonic() + 60
+    while len(ended) < 2 and time.monotonic() < deadline:
+        for who, actor_id in ids.items():
+            state, cause = ray.get(gcs_says.remote(actor_id), timeout=60)
+            if state == "DEAD":
+                ended[who] = cause
+        time.sleep(0.5)
+    assert set(ended) == {"launcher", "sink"}, f"still alive after 60 s: {set(ids) - set(ended)}"
+    for who, cause in ended.items():
+        assert "INTENDED_USER_EXIT" in cause, (who, cause)
+    for actor in (launcher, sink):  # a claim now: the actor is gone, so the kernel starts another pair
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(actor.claim.remote(), timeout=30)
