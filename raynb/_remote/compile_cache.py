@@ -13,8 +13,11 @@ asking.
 
 from __future__ import annotations
 
+import getpass
 import os
+import re
 import sys
+import tempfile
 from typing import Any
 
 __all__ = ["load", "keep", "CACHE_DIR"]
@@ -25,9 +28,18 @@ _ON_NODE = "raynb-compile-cache-on-node.txt"
 
 
 def _on_node_file() -> str:
-    from torch._inductor.runtime.cache_dir_utils import cache_dir
-
-    return os.path.join(cache_dir(), _ON_NODE)
+    """In Inductor's cache directory (Triton's is inside it unless TRITON_CACHE_DIR says otherwise), found as torch
+    finds it (``torch/_inductor/runtime/cache_dir_utils.py``) but without importing ``torch._inductor``: that import
+    brings ``torch._dynamo`` with it, 5-8 s before the function on an H100 node where the compile would have paid
+    only part of it (first_step-h100-2026-12-06j/k)."""
+    where = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if where is None:
+        try:
+            user = getpass.getuser()
+        except (KeyError, ModuleNotFoundError, OSError):
+            user = f"uid_{os.getuid()}" if hasattr(os, "getuid") else "unknown_user"
+        where = os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
+    return os.path.join(os.path.abspath(where), _ON_NODE)
 
 
 def _version(fs: Any, path: str) -> str | None:
