@@ -304,3 +304,17 @@ def test_the_taint_hint_names_the_value_to_set() -> None:
     pod["status"]["conditions"][0]["message"] = msg
     (d,) = diagnose_pod(pod)
     assert "GPU_TOLERATIONS='{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}'" in d.hint, d.hint
+
+
+def test_a_wait_past_its_timeout_goes_on_while_a_pod_is_provisioned_pulled_or_started() -> None:
+    """The moment the nodes an autoscaler launched join, the pods leave "provisioning" for "starting" before they
+    run: a wait that stopped there gave up on a cluster seconds from ready (the node-pool test, a loaded host)."""
+    from raynb._cluster.kube_api import still_under_way
+    from raynb._cluster.pod_diagnosis import progress_of
+
+    nominated = _ev("Nominated", "Pod should schedule on: nodeclaim/gpu-x7k2p", "00:05")
+    joined = _pending("gpu-0", "ContainerCreating")  # bound to the node that joined, its container being created
+    stages = [progress_of(_pending(), [nominated]), progress_of(joined, [nominated])]
+    assert [p.stage for p in stages if p is not None] == ["provisioning", "starting"]
+    assert all(still_under_way([p]) for p in stages if p is not None)
+    assert not still_under_way([])  # nothing under way: the timeout stands
