@@ -68,12 +68,9 @@ def yield_cpu_to_training() -> None:
         tids = [int(t) for t in os.listdir("/proc/self/task")]
     except OSError:
         tids = [0]
-    idle = getattr(os, "SCHED_IDLE", None)
     for tid in tids:
         try:
-            if idle is None:
-                raise OSError("no SCHED_IDLE here")
-            os.sched_setscheduler(tid, idle, os.sched_param(0))
-        except OSError:
+            os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+        except (AttributeError, OSError):  # no idle class on this platform, or refused
             with contextlib.suppress(OSError):
                 os.setpriority(os.PRIO_PROCESS, tid, 19)

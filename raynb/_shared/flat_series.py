@@ -18,11 +18,8 @@ Points = list[tuple[float, float]]
 
 class Decimated:
     """A series held to at most ``cap`` points: past that, neighbours are averaged in pairs and later points are
-    averaged in buckets twice as large. ``per_point`` says how many appended points one kept point stands for.
-
-    The points live in one flat array of floats (x0, y0, x1, y1, ...): the picture crosses the wire four times a
-    second, and a few arrays pickle as bytes where thousands of tuples cost the sink and the kernel their CPU -- and
-    the kernel a full garbage collection every few pictures."""
+    averaged in buckets twice as large. ``per_point`` says how many appended points one kept point stands for. The
+    points live in one flat array (x0, y0, x1, y1, ...); ``points`` and ``view`` give them as pairs."""
 
     __slots__ = ("_acc", "_xy", "cap", "per_point")
 
