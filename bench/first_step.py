@@ -35,6 +35,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from machine import emit  # noqa: E402 - bench/machine.py, beside this script
+from ray_processes import ProcessTimeline  # noqa: E402 - beside this script
 
 
 def first_step(config: dict[str, Any]) -> dict[str, Any]:
@@ -118,7 +119,7 @@ def bare(config: dict[str, Any]) -> dict[str, Any]:
     return {**got, "to_fn_s": got["fn_started"] - t_call, "to_first_step_s": got["step_done"] - t_call}
 
 
-def plain_fit(config: dict[str, Any], cpus: float) -> dict[str, Any]:
+def plain_fit(config: dict[str, Any], cpus: float, timeline: ProcessTimeline) -> dict[str, Any]:
     """``first_step`` as plain Ray Train runs it on the same head: a fresh driver that has imported Ray Train and
     connected (as a notebook's earlier cells would), then ``TorchTrainer(...).fit()`` timed from its call; one GPU
     worker with the CPUs raynb gives it, so only the way there differs."""
@@ -163,10 +164,15 @@ print("CALLED " + json.dumps(t_call), flush=True)
     assert line and out.exists(), p.stderr[-3000:]
     t_call = float(line[0][7:])
     got = json.loads(out.read_text())
-    return {**got, "to_fn_s": got["fn_started"] - t_call, "to_first_step_s": got["step_done"] - t_call}
+    return {
+        **got,
+        "to_fn_s": got["fn_started"] - t_call,
+        "to_first_step_s": got["step_done"] - t_call,
+        "ray_processes": timeline.since(t_call),
+    }
 
 
-def with_raynb(config: dict[str, Any], name: str) -> dict[str, Any]:
+def with_raynb(config: dict[str, Any], name: str, timeline: ProcessTimeline) -> dict[str, Any]:
     import raynb
 
     t_call = time.time()
@@ -191,6 +197,9 @@ def with_raynb(config: dict[str, Any], name: str) -> dict[str, Any]:
         "way_to_fn_s": {k: round(v - t_call, 2) for k, v in marks.items() if isinstance(v, (int, float))},
         "cpus_per_worker": run.spec.cpus_per_worker,
         "events": events,
+        # Ray's worker processes started during the run: when each started and took each title (seconds after the
+        # call) -- the controller, its helpers, the Train workers: which waited on which
+        "ray_processes": timeline.since(t_call),
     }
 
 
@@ -214,13 +223,16 @@ def main() -> None:
     shutil.rmtree(storage_cache, ignore_errors=True)  # ... with no compile cache kept in its storage either
     out: dict[str, Any] = {"what": __doc__.split("\n\n")[0].strip() if __doc__ else "", "config": config}
     out["bare"] = bare(config)
+    timeline = ProcessTimeline().start()
     t0 = time.time()
     raynb.up(local=True, progress=lambda m: None)
     out["up_s"] = time.time() - t0
-    out["raynb_first"] = with_raynb(config, "first-step-1")
-    out["raynb_second"] = with_raynb(config, "first-step-2")
+    out["raynb_first"] = with_raynb(config, "first-step-1", timeline)
+    out["up_processes"] = [p for p in timeline.since(t0) if p["started_s"] < out["up_s"]]
+    out["raynb_second"] = with_raynb(config, "first-step-2", timeline)
     if not args.no_plain:  # after raynb's runs: it finds the node's compile cache warm, as raynb's second run does
-        out["plain_fit_warm_cache"] = plain_fit(config, out["raynb_first"]["cpus_per_worker"])
+        out["plain_fit_warm_cache"] = plain_fit(config, out["raynb_first"]["cpus_per_worker"], timeline)
+    timeline.stop()
     raynb.down(progress=lambda m: None)
     first, second, b = (out[k]["to_first_step_s"] for k in ("raynb_first", "raynb_second", "bare"))
     out["raynb_minus_bare_s"] = first - b

@@ -25,6 +25,7 @@ from typing import Any
 from .._shared.host import lease
 from .._shared.seam import SPARE_TTL_S
 from .detached import leave
+from .train_processes import start_ahead
 
 #: an ended run's launcher exits unless claimed again within this (its kernel claims it as it sees the run end)
 RECLAIM_S = 60.0
@@ -104,18 +105,20 @@ class Launcher:
         return outcome
 
     def _fit(self, payload: bytes, config: dict[str, Any], spec: dict[str, Any], sink: Any) -> dict[str, Any]:
+        kwargs = spec["trainer_kwargs"]
+        if "plain" in kwargs:  # sent as data (the Ray Jobs path): made here, with the cluster's Ray
+            kwargs = trainer_kwargs_from(kwargs["plain"])
+        # the controller's and workers' processes start now, side by side (before this process imports torch, if the
+        # spare's warm-up has not yet)
+        ahead = start_ahead(kwargs)
+        info = {**spec["worker_info"], "started_ahead_env": ahead.get("worker_env")}
         from ray.train.torch import TorchTrainer
-
-        info = spec["worker_info"]
 
         def train_loop_per_worker(cfg: dict[str, Any]) -> None:
             from raynb._remote.worker import run_on_worker
 
             run_on_worker(payload, cfg, sink, info)
 
-        kwargs = spec["trainer_kwargs"]
-        if "plain" in kwargs:  # sent as data (the Ray Jobs path): made here, with the cluster's Ray
-            kwargs = trainer_kwargs_from(kwargs["plain"])
         trainer = TorchTrainer(train_loop_per_worker, train_loop_config=config, **kwargs)
         t0 = time.time()
         try:

@@ -21,6 +21,7 @@ from .._shared.cell_code import build, is_packed
 from . import compile_cache, framework_hooks
 from . import report as metrics
 from .gpu_sampler import GpuSampler
+from .train_processes import preloaded_at
 
 __all__ = ["run_on_worker", "error_event", "NcclWatcher", "compile_counts"]
 
@@ -182,6 +183,11 @@ def run_on_worker(payload: bytes, config: dict[str, Any], sink: Any, info: dict[
 
     #: when each step of the worker's set-up ended (wall clock): the run's start, split, in its worker_done event
     setup_at = {"process_started": _process_started(), "setup_began": time.time()}
+    if preloaded_at() is not None:  # raynb's setup hook imported torch as this process started, before its actor came
+        setup_at["torch_preloaded"] = preloaded_at()
+    # whether this worker's runtime env is the one the launcher started processes ahead for (Ray hands those over)
+    ahead = info.get("started_ahead_env")
+    env_as_started = None if ahead is None else ray._private.worker.global_worker.runtime_env == ahead
     ctx = ray.train.get_context()
     rank = ctx.get_world_rank()
     sampler = GpuSampler(ctx.get_local_rank()) if info.get("gpu_sampling", True) else None
@@ -242,6 +248,7 @@ def run_on_worker(payload: bytes, config: dict[str, Any], sink: Any, info: dict[
                 "rank": rank,
                 "seconds": time.time() - t0,
                 "setup_at": setup_at,
+                "env_as_started_ahead": env_as_started,
                 **counts,
                 **loaded,
                 **kept,

@@ -19,10 +19,17 @@ __all__ = [
     "STRICT_EFA_NET",
     "TCP_ENV",
     "WORKER_ENV_DEFAULTS",
+    "SETUP_HOOK_VAR",
+    "PRELOAD_HOOK",
 ]
 
 #: Ray Train prints each worker line twice unless its print patch is off (the cell's prints reach the notebook once).
 _PRINT_ONCE = {"RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}
+#: The variable a Ray worker process reads as it starts for a setup hook to call (Ray's ``worker_process_setup_hook``,
+#: which Ray sets only from a job's runtime env), and raynb's hook: import torch before the worker's actor arrives, in
+#: processes the launcher starts ahead (``_remote/train_processes.py``).
+SETUP_HOOK_VAR = "__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR"
+PRELOAD_HOOK = "raynb._remote.train_processes.preload"
 #: Environment every raynb worker starts with (user values win). NVLink multicast stays off: on shared multi-GPU
 #: hosts a program using it can take the host's GPUs down.
 WORKER_ENV_DEFAULTS: dict[str, str] = {
@@ -30,6 +37,7 @@ WORKER_ENV_DEFAULTS: dict[str, str] = {
     "NCCL_NVLS_ENABLE": "0",
     "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
     "PYTHONUNBUFFERED": "1",
+    SETUP_HOOK_VAR: PRELOAD_HOOK,
 }
 
 #: NCCL_NET value that makes NCCL use aws-ofi-nccl or fail (aws-ofi-nccl >= 1.12 names its network "Libfabric").

@@ -277,3 +277,38 @@ def test_an_unclaimed_spare_leaves_the_way_ray_expects(cluster: raynb.Cluster) -
     for actor in (launcher, sink):  # a claim now: the actor is gone, so the kernel starts another pair
         with pytest.raises(ray.exceptions.RayActorError):
             ray.get(actor.claim.remote(), timeout=30)
+
+
+def test_a_process_started_ahead_serves_the_next_actor_of_its_env_with_torch_imported(cluster: raynb.Cluster) -> None:
+    """The launcher starts a run's Train processes as the run begins (``_remote/train_processes.py``): Ray hands an
+    actor of the same runtime env the process it started ahead -- started before the actor was asked for -- and
+    raynb's setup hook has imported torch there before the actor arrives."""
+    import ray
+
+    from raynb._shared.worker_env import PRELOAD_HOOK, SETUP_HOOK_VAR
+
+    env = {"env_vars": {"RAYNB_TEST_AHEAD": os.urandom(4).hex(), SETUP_HOOK_VAR: PRELOAD_HOOK}}
+
+    @ray.remote(num_cpus=0)
+    def ahead_then_actor() -> dict[str, float | None]:  # on the cluster: the kernel may be a Ray Client
+        from raynb._remote.train_processes import prestart_here
+
+        @ray.remote(num_cpus=0, runtime_env=env)
+        class Probe:
+            def facts(self) -> dict[str, float | None]:
+                import sys
+
+                from raynb._remote.train_processes import preloaded_at
+                from raynb._remote.worker import _process_started
+
+                return {"process_started": _process_started(), "torch_preloaded": preloaded_at(),
+                        "torch_in": float("torch" in sys.modules)}  # fmt: skip
+
+        prestart_here(env, 1)
+        time.sleep(1.0)  # the process is on its way; the actor is asked for after it started
+        asked = time.time()
+        return {**ray.get(Probe.remote().facts.remote(), timeout=120), "asked": asked}
+
+    got = ray.get(ahead_then_actor.remote(), timeout=180)
+    assert got["process_started"] is not None and got["process_started"] < got["asked"], got  # Ray's, not a new one
+    assert got["torch_preloaded"] is not None and got["torch_in"] == 1.0, got

@@ -204,6 +204,11 @@ def test_one_run_carries_globals_modules_env_metrics_and_nccl(
     control = sched["ray::Launcher"] + sched["ray::RunRegistry"]
     assert sched["ray::Launcher"] and sched["ray::RunRegistry"], sched  # both found: the next line checks something
     assert all(p == os.SCHED_OTHER and n < 19 for p, n in control), sched
+    # Ray Train gave each worker the runtime env the launcher started processes for as the run began (so Ray hands
+    # those over), and the worker's process imported torch as it started (raynb's setup hook), off the run's path
+    done = [e for e in run.events if e["kind"] == "worker_done"]
+    assert sorted(e["rank"] for e in done) == [0, 1] and all(e["env_as_started_ahead"] is True for e in done), done
+    assert all("torch_preloaded" in e["setup_at"] for e in done), done
     # training: 60 steps of loss and samples per rank, the loss falling
     trained = df.dropna(subset=["samples"])
     assert trained.groupby("rank")["samples"].count().tolist() == [60, 60]

@@ -175,7 +175,10 @@ MAY_IMPORT: dict[str, set[str]] = {
 FACES = {"raynb", "raynb.magics", "raynb._magic_args", "raynb.notebook"}
 #: where cluster processes start: each imports only cluster code
 CLUSTER_ENTRIES = [
-    *(f"raynb._remote.{m}" for m in ("worker", "warm_worker", "launcher", "registry", "sink", "tasks")),
+    *(
+        f"raynb._remote.{m}"
+        for m in ("worker", "warm_worker", "launcher", "registry", "sink", "tasks", "train_processes")
+    ),
     "raynb._agent.server",
 ]
 KERNEL_ONLY = ("IPython", "ipywidgets", "plotly", "pandas", "traitlets", "kubernetes", "yaml")
