@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -35,6 +36,7 @@ __all__ = [
     "prestart_here",
     "preload",
     "preloaded_at",
+    "follow_thread_share",
     "controller_env",
     "worker_runtime_env",
     "serialized_as_ray_merges",
@@ -61,6 +63,21 @@ def preload() -> None:
     except Exception:  # noqa: BLE001 - an optimisation only; the run imports it again and reports the error
         return
     _preloaded_at = time.time()
+
+
+def follow_thread_share() -> int | None:
+    """In a process whose torch was preloaded: the thread count Ray set for this worker's actor (``OMP_NUM_THREADS``,
+    from its CPUs), which torch reads only as it loads -- before the actor came, here. Measured on an H100 node
+    (record first_step-h100-2026-12-06m): 16 threads for a worker of 15 CPUs, and a compile cache keyed on 16
+    that a 15-thread run then missed. The count set, else None."""
+    want = os.environ.get("OMP_NUM_THREADS", "")
+    if _preloaded_at is None or not want.isdigit() or int(want) < 1:
+        return None
+    import torch
+
+    if torch.get_num_threads() != int(want):
+        torch.set_num_threads(int(want))
+    return int(want)
 
 
 def preloaded_at() -> float | None:

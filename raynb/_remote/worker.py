@@ -21,7 +21,7 @@ from .._shared.cell_code import build, is_packed
 from . import compile_cache, framework_hooks
 from . import report as metrics
 from .gpu_sampler import GpuSampler
-from .train_processes import preloaded_at
+from .train_processes import follow_thread_share, preloaded_at
 
 __all__ = ["run_on_worker", "error_event", "NcclWatcher", "compile_counts"]
 
@@ -185,6 +185,7 @@ def run_on_worker(payload: bytes, config: dict[str, Any], sink: Any, info: dict[
     setup_at = {"process_started": _process_started(), "setup_began": time.time()}
     if preloaded_at() is not None:  # raynb's setup hook imported torch as this process started, before its actor came
         setup_at["torch_preloaded"] = preloaded_at()
+        follow_thread_share()  # ... and so before Ray set the actor's thread count
     # whether this worker's runtime env is the one the launcher started processes ahead for (Ray hands those over)
     ahead = info.get("started_ahead_env")
     env_as_started = None if ahead is None else ray._private.worker.global_worker.runtime_env == ahead
