@@ -8,17 +8,20 @@ have none. Measured on the 2-core machine (``bench/first_step.py --dry-run``, ``
 process 4.3 s from start to ready, then the helpers', then a worker's 4.5 s more, then its ``import torch`` in
 ``init_train_context``; the same chain on a GPU node before the function starts.
 
-Here the launcher asks the node's raylet to start them now, all at once (Ray's ``PrestartWorkers``, the call Ray's
-own driver uses for the workers of a new job), with the exact runtime envs Ray Train will ask for, computed as Ray
+Here the launcher asks the node's raylet to start them now, all at once (the raylet's ``PrestartWorkers``, which
+Ray's core worker also has but does not expose to Python), with the exact runtime envs Ray Train will ask for, computed as Ray
 Train computes them: Ray hands a new actor an idle process of the same runtime env, so the controller and workers
 find theirs started (or starting). A worker's process imports torch while it waits (:func:`preload`, Ray's
 ``worker_process_setup_hook`` through its variable): the import leaves the run's path.
 
 Only the launcher's node: Ray Train attaches its controller and helpers there; workers are started there as far as
 its resources hold them (all of them on the embedded head; none on a Kubernetes head without GPUs, where a GPU
-worker's node is not known before the placement group). Ray internals (the raylet's gRPC, the hook's variable): any
-error, or a Ray that computes the envs differently, leaves the processes unused -- they exit after
-``KEEP_ALIVE_S`` -- and Ray Train starts its own, as before.
+worker's node is not known before the placement group). Only where the job has no runtime env of its own (the
+embedded head): elsewhere raynb's job ships the package as ``py_modules``, which Ray merges into every env with the
+package's URIs, not copied here -- so nothing is started ahead there (the hook still runs: torch is imported as a
+worker's process starts). Ray internals (the raylet's ``PrestartWorkers`` call, the hook's variable): any error, or a
+Ray that computes the envs differently, leaves the processes unused -- they go after ``KEEP_ALIVE_S`` -- and Ray Train
+starts its own, as before; the worker says which (``env_as_started_ahead`` in its ``worker_done``).
 """
 
 from __future__ import annotations
@@ -164,8 +167,12 @@ def start_ahead(trainer_kwargs: Mapping[str, Any]) -> dict[str, Any]:
     :func:`preload` as its setup hook: ``_shared/worker_env.py``): how many of each, and the workers' env as Ray
     will write it (``worker_env``; a worker compares its own with it). ``trainer_kwargs``: ``TorchTrainer``'s
     (``scaling_config``, ``run_config``, the worker env in ``run_config.worker_runtime_env``)."""
+    import ray
+
     started: dict[str, Any] = {"controller": 0, "workers": 0, "worker_env": None}
     try:
+        if ray.get_runtime_context().runtime_env:  # the job's own (raynb's py_modules off the embedded head): below
+            return started
         address, total = _here()
         prestart_here(controller_env(), CONTROLLER_PROCESSES, address)
         started["controller"] = CONTROLLER_PROCESSES
