@@ -14,7 +14,11 @@ first. A second baseline, plain Ray Train (``TorchTrainer(...).fit()`` from a dr
 the same GPU and CPUs), runs last, so it meets the node's compile cache as raynb's second run does: the two
 differ only in the way to the function (``raynb_second_minus_plain_fit_s``).
 
-Records: ``bench/results/first_step-h100-2026-12-06{,b}.json`` (one H100, two invocations; NOTES.md). Run it on the
+Each raynb run and the plain baseline also record ``ray_processes``: Ray's worker processes started during the run,
+when each started and first showed each process title (``ray::TrainController.__init__``, ``ray::IDLE``, ...), in
+seconds after the call (``bench/ray_processes.py``): which process waited on which.
+
+Records: ``bench/results/first_step-h100-2026-12-06*.json`` (one H100 each; NOTES.md has their tables). Run it on the
 device as its README says (the Ray wheels, PYTHONPATH with the project root, RAYNB_LOCAL_DASHBOARD=0,
 NCCL_NVLS_ENABLE=0, a stale embedded head stopped first).
 """
