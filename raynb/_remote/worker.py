@@ -186,9 +186,7 @@ def run_on_worker(payload: bytes, config: dict[str, Any], sink: Any, info: dict[
     if preloaded_at() is not None:  # raynb's setup hook imported torch as this process started, before its actor came
         setup_at["torch_preloaded"] = preloaded_at()
         follow_thread_share()  # ... and so before Ray set the actor's thread count
-    # whether this worker's runtime env is the one the launcher started processes ahead for (Ray hands those over)
-    ahead = info.get("started_ahead_env")
-    env_as_started = None if ahead is None else ray._private.worker.global_worker.runtime_env == ahead
+    env_as_started = _env_is(info.get("started_ahead_env"))
     ctx = ray.train.get_context()
     rank = ctx.get_world_rank()
     sampler = GpuSampler(ctx.get_local_rank()) if info.get("gpu_sampling", True) else None
@@ -260,6 +258,19 @@ def run_on_worker(payload: bytes, config: dict[str, Any], sink: Any, info: dict[
         restore()
         unhook()
         metrics._set_reporter(None)
+
+
+def _env_is(started_ahead: str | None) -> bool | None:
+    """Whether this worker's runtime env, as Ray wrote it, is the one the launcher started processes ahead for (Ray
+    hands those over); None where none were, or where this Ray does not say."""
+    if started_ahead is None:
+        return None
+    try:
+        import ray
+
+        return bool(ray._private.worker.global_worker.runtime_env == started_ahead)
+    except Exception:  # noqa: BLE001 - a diagnostic only: Ray's private worker object
+        return None
 
 
 def _process_started() -> float | None:
