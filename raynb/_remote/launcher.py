@@ -110,8 +110,7 @@ class Launcher:
             kwargs = trainer_kwargs_from(kwargs["plain"])
         # the controller's and workers' processes start now, side by side (before this process imports torch, if the
         # spare's warm-up has not yet)
-        ahead = start_ahead(kwargs)
-        info = {**spec["worker_info"], "started_ahead_env": ahead.get("worker_env")}
+        info = {**spec["worker_info"], "started_ahead_env": start_ahead(kwargs)}
         from ray.train.torch import TorchTrainer
 
         def train_loop_per_worker(cfg: dict[str, Any]) -> None:

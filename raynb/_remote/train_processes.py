@@ -9,8 +9,8 @@ process 4.3 s from start to ready, then the helpers', then a worker's 4.5 s more
 ``init_train_context``; the same chain on a GPU node before the function starts.
 
 Here the launcher asks the node's raylet to start them now, all at once (the raylet's ``PrestartWorkers``, which
-Ray's core worker also has but does not expose to Python), with the exact runtime envs Ray Train will ask for, computed as Ray
-Train computes them: Ray hands a new actor an idle process of the same runtime env, so the controller and workers
+Ray's core worker also has but does not expose to Python), with the exact runtime envs Ray Train will ask for,
+computed as Ray Train computes them: Ray hands a new actor an idle process of the same runtime env, so the controller and workers
 find theirs started (or starting). A worker's process imports torch while it waits (:func:`preload`, Ray's
 ``worker_process_setup_hook`` through its variable): the import leaves the run's path.
 
@@ -162,29 +162,27 @@ def prestart_here(
         channel.close()
 
 
-def start_ahead(trainer_kwargs: Mapping[str, Any]) -> dict[str, Any]:
+def start_ahead(trainer_kwargs: Mapping[str, Any]) -> str | None:
     """Start the run's controller-side processes and, where this node holds them, its workers' (a worker's env names
-    :func:`preload` as its setup hook: ``_shared/worker_env.py``): how many of each, and the workers' env as Ray
-    will write it (``worker_env``; a worker compares its own with it). ``trainer_kwargs``: ``TorchTrainer``'s
+    :func:`preload` as its setup hook: ``_shared/worker_env.py``). The workers' env as Ray will write it, if their
+    processes were started (a worker compares its own with it), else None. ``trainer_kwargs``: ``TorchTrainer``'s
     (``scaling_config``, ``run_config``, the worker env in ``run_config.worker_runtime_env``)."""
     import ray
 
-    started: dict[str, Any] = {"controller": 0, "workers": 0, "worker_env": None}
     try:
-        if ray.get_runtime_context().runtime_env:  # the job's own (raynb's py_modules off the embedded head): below
-            return started
+        if ray.get_runtime_context().runtime_env:  # the job's own (raynb's py_modules off the embedded head): above
+            return None
         address, total = _here()
         prestart_here(controller_env(), CONTROLLER_PROCESSES, address)
-        started["controller"] = CONTROLLER_PROCESSES
         scaling = trainer_kwargs["scaling_config"]
-        run_config = trainer_kwargs["run_config"]
         per_worker = scaling.resources_per_worker or {"CPU": 1.0, **({"GPU": 1.0} if scaling.use_gpu else {})}
         count = fits(total, per_worker, scaling.num_workers)
-        if count:
-            env = worker_runtime_env(run_config.worker_runtime_env)
-            started["worker_env"] = serialized_as_ray_merges(env)
-            prestart_here(env, count, address, serialized=started["worker_env"])
-            started["workers"] = count
+        if not count:
+            return None
+        env = worker_runtime_env(trainer_kwargs["run_config"].worker_runtime_env)
+        serialized = serialized_as_ray_merges(env)
+        prestart_here(env, count, address, serialized=serialized)
+        return serialized
     except Exception as e:  # noqa: BLE001 - an optimisation only: Ray Train starts its own processes
         log.debug("raynb: Ray Train's processes not started ahead: %s", e)
-    return started
+        return None
