@@ -11,14 +11,9 @@ import threading
 import time
 from typing import Any
 
+from raynb._remote.worker import _process_started  # the same clock as the worker's own setup_at.process_started
+
 __all__ = ["ProcessTimeline"]
-
-_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def _boot_time() -> float:
-    with open("/proc/stat") as f:
-        return float(next(ln for ln in f if ln.startswith("btime")).split()[1])
 
 
 def _ray_title(pid: str) -> str | None:
@@ -38,15 +33,9 @@ class ProcessTimeline:
 
     def __init__(self, interval_s: float = 0.05) -> None:
         self.interval_s = interval_s
-        self._boot = _boot_time()
         self._seen: dict[str, dict[str, Any]] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-
-    def _started(self, pid: str) -> float:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return self._boot + int(fields[19]) / _TICK  # field 22 of stat: start time in clock ticks after boot
 
     def _poll_once(self) -> None:
         now = time.time()
@@ -59,7 +48,10 @@ class ProcessTimeline:
                     continue
                 entry = self._seen.get(pid)
                 if entry is None:
-                    entry = self._seen[pid] = {"started": self._started(pid), "titles": {}}
+                    started = _process_started(pid)
+                    if started is None:  # gone meanwhile
+                        continue
+                    entry = self._seen[pid] = {"started": started, "titles": {}}
                 entry["titles"].setdefault(title, now)
             except (OSError, ValueError, IndexError):  # gone between the listing and the read
                 continue

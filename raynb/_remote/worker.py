@@ -273,10 +273,10 @@ def _env_is(started_ahead: str | None) -> bool | None:
         return None
 
 
-def _process_started() -> float | None:
-    """When this process started (wall clock; Linux's /proc), else None."""
+def _process_started(pid: int | str = "self") -> float | None:
+    """When this process (or ``pid``) started (wall clock; Linux's /proc), else None."""
     try:
-        with open("/proc/self/stat") as f:
+        with open(f"/proc/{pid}/stat") as f:
             ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # proc(5) field 22: start time after boot
         with open("/proc/uptime") as f:
             up = float(f.read().split()[0])
