@@ -67,6 +67,9 @@ class AddressBackend:
     def driver_address(self) -> None:
         return None  # a head elsewhere: Ray Client or Ray Jobs
 
+    def driver_head_gone(self) -> None:
+        return None  # never connected as a driver
+
     def token_path(self) -> str | None:
         return self.token_file
 

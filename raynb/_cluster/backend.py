@@ -70,6 +70,10 @@ class Backend(Protocol):
         with the kernel's Python and Ray: ``driver.py``); None: through Ray Client or Ray Jobs."""
         ...
 
+    def driver_head_gone(self) -> str | None:
+        """While this kernel connects as a driver: None if the head still runs, else what its log last said."""
+        ...
+
     def token_path(self) -> str | None:
         """Ray's auth token for this cluster, when it is in token mode and raynb holds the token."""
         ...

@@ -108,6 +108,7 @@ def _connect_driver(backend: Backend, settings: Settings, gcs_address: str, say:
         runtime_env=backend.runtime_env(),
         timeout=settings.connect_timeout_s,
         say=say,
+        head_gone=backend.driver_head_gone,
     )
     use(None)
     side().prewarm()

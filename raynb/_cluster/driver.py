@@ -79,9 +79,11 @@ def connect(
     runtime_env: dict[str, Any],
     timeout: float,
     say: Callable[[str], None],
+    head_gone: Callable[[], str | None],
 ) -> None:
     """Connect this process to the head at ``gcs_address`` (``127.0.0.1:PORT``) as a driver, and start the head's
-    watch; this process's Ray auth mode is the head's already (``session.use_token``)."""
+    watch; this process's Ray auth mode is the head's already (``session.use_token``). ``head_gone`` says what the
+    head last logged once it no longer runs: no more attempts then."""
     import ray
     from ray._private import auto_init_hook
 
@@ -94,28 +96,40 @@ def connect(
     attempt = 0
     while True:
         attempt += 1
-        try:
-            with _loopback_kept(), _breakpoint_kept():
-                ray.init(
-                    gcs_address,
-                    _node_ip_address=host,
-                    runtime_env=runtime_env or None,
-                    namespace="raynb",
-                    logging_level="WARNING",
-                    log_to_driver=True,
-                )
-            break
-        except (ConnectionError, TimeoutError) as e:
-            with contextlib.suppress(Exception):
-                ray.shutdown()
-            if time.monotonic() > deadline:
-                raise ConnectError(
-                    f"Could not connect to the embedded Ray head at {gcs_address} within {timeout:.0f} s.",
-                    saw=f"{type(e).__name__}: {e}",
-                    fix="check that it runs (`%raycluster status`); `%raycluster down` then `%raycluster up --local` "
-                    "starts a fresh one.",
-                ) from e
-            time.sleep(min(0.5 * attempt, 3.0))
+        if (last_words := head_gone()) is not None:
+            raise ConnectError(
+                "The embedded Ray head stopped while this kernel connected to it.",
+                saw=last_words,
+                fix="`%raycluster up --local` starts a fresh one; if it stops again, the lines above name the Ray "
+                "process that went and its last words (a machine short of memory or CPU is the usual cause).",
+            )
+        # ray.init waits ~14 min (20 tries of ~41 s) on a GCS that is not there: ask it only of one that answers
+        if not _answers(host, int(port)):
+            failure = f"nothing answers at {gcs_address}"
+        else:
+            try:
+                with _loopback_kept(), _breakpoint_kept():
+                    ray.init(
+                        gcs_address,
+                        _node_ip_address=host,
+                        runtime_env=runtime_env or None,
+                        namespace="raynb",
+                        logging_level="WARNING",
+                        log_to_driver=True,
+                    )
+                break
+            except (ConnectionError, TimeoutError) as e:
+                with contextlib.suppress(Exception):
+                    ray.shutdown()
+                failure = f"{type(e).__name__}: {e}"
+        if time.monotonic() > deadline:
+            raise ConnectError(
+                f"Could not connect to the embedded Ray head at {gcs_address} within {timeout:.0f} s.",
+                saw=failure,
+                fix="check that it runs (`%raycluster status`); `%raycluster down` then `%raycluster up --local` "
+                "starts a fresh one.",
+            )
+        time.sleep(min(0.5 * attempt, 3.0))
     handles.new_connection()
     _filter_worker_output()
     res = ray.cluster_resources()
@@ -153,6 +167,15 @@ def _filter_worker_output() -> None:
     dispatcher.add_handler("ray_print_logs", print_filtered)
 
 
+def _answers(host: str, port: int) -> bool:
+    """Something accepts connections at host:port (the GCS, while the head runs)."""
+    try:
+        socket.create_connection((host, port), timeout=1.0).close()
+    except OSError:
+        return False
+    return True
+
+
 class HeadWatch(threading.Thread):
     """Disconnects this process once the head's GCS port no longer answers (the head stopped or died), before Ray's
     own timeout ends the process; ends by itself when the connection it watches is closed or replaced."""
@@ -166,18 +189,11 @@ class HeadWatch(threading.Thread):
 
         return handles.generation() == self.generation and ray.is_initialized()
 
-    def _answers(self) -> bool:
-        try:
-            socket.create_connection((self.host, self.port), timeout=1.0).close()
-        except OSError:
-            return False
-        return True
-
     def run(self) -> None:
         misses = 0
         while self._watching():
             time.sleep(WATCH_EVERY_S)
-            misses = 0 if self._answers() else misses + 1
+            misses = 0 if _answers(self.host, self.port) else misses + 1
             if misses < MISSES or not self._watching():
                 continue
             print(

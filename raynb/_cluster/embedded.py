@@ -31,6 +31,9 @@ class EmbeddedBackend:
 
         return None if why_unfit(self.head) else self.head.gcs_address
 
+    def driver_head_gone(self) -> str | None:
+        return None if self.head.alive() else head_proc.head_log_tail()
+
     def token_path(self) -> str | None:
         return self.head.token_path
 

@@ -320,7 +320,7 @@ def start_head(
                 clear_record(d)
                 raise ClusterStartError(
                     "The embedded Ray head exited while starting.",
-                    saw=_log_tail(d / "head.log"),
+                    saw=head_log_tail(),
                     fix=f"read {d / 'head.log'}; `ray start --head` must work in this environment.",
                 )
             if _port_open(head.ports["client_port"]) and _dashboard_ready(head):
@@ -329,7 +329,7 @@ def start_head(
                 stop_head(head)
                 raise ClusterStartError(
                     f"The embedded Ray head did not answer within {timeout:.0f} s.",
-                    saw=_log_tail(d / "head.log"),
+                    saw=head_log_tail(),
                     fix="the machine may be overloaded; try again, or raise the timeout "
                     "(%raycluster up --local --timeout 180).",
                 )
@@ -347,9 +347,10 @@ def _dashboard_ready(head: LocalHead) -> bool:
     return dashboard_get(head.dashboard_url, "/api/version", timeout=1, token=token) is not None
 
 
-def _log_tail(path: Path, n: int = 15) -> str:
+def head_log_tail(n: int = 25) -> str:
+    """The end of the head's log: its supervisor's lines, ``ray start``'s, and the ends of Ray's logs if it died."""
     try:
-        lines = path.read_text(errors="replace").splitlines()
+        lines = (state_dir() / "head.log").read_text(errors="replace").splitlines()
     except FileNotFoundError:
         return "(no log)"
     return "\n".join(lines[-n:])

@@ -78,6 +78,9 @@ class KubernetesBackend:
     def driver_address(self) -> None:
         return None  # a head elsewhere: Ray Client or Ray Jobs
 
+    def driver_head_gone(self) -> None:
+        return None  # never connected as a driver
+
     def token_path(self) -> str | None:
         """The cluster's Ray token (token mode: KubeRay's Secret, read with `get secrets`), copied into a file only
         this user can read; None when the cluster runs without auth."""

@@ -18,9 +18,18 @@ def script_result(
     """Run ``script`` with ``args`` in a fresh Python (``python``, under ``wrapper``'s command, if any) and return what
     its ``RESULT {json}`` line says."""
     cmd = [*wrapper, python, "-c", script, *args]
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    try:
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:  # what it had said by then, not only "timed out"
+        raise AssertionError(f"no answer within {timeout:.0f} s\n{_said(e.stdout, e.stderr)}") from None
     line = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
-    # the script's own traceback, not buried under the lines Ray forwards from the cluster's processes
-    own = "\n".join(ln for ln in p.stderr.splitlines() if not ln.lstrip("\x1b[0123456789m").startswith("("))
-    assert line, f"exit {p.returncode}\n{p.stdout[-2000:]}\n{own[-3000:]}"
+    assert line, f"exit {p.returncode}\n{_said(p.stdout, p.stderr)}"
     return json.loads(line[0][7:])
+
+
+def _said(out: str | bytes | None, err: str | bytes | None) -> str:
+    """The ends of a script's stdout and stderr; of stderr its own lines (a traceback), not those Ray forwards from
+    the cluster's processes, which start with "(name pid=...)"."""
+    out, err = (x.decode(errors="replace") if isinstance(x, bytes) else x or "" for x in (out, err))
+    own = "\n".join(ln for ln in err.splitlines() if not ln.lstrip("\x1b[0123456789m").startswith("("))
+    return f"{out[-2000:]}\n{own[-3000:]}"

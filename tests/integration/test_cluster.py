@@ -199,8 +199,12 @@ def test_a_head_in_a_container_limited_to_one_cpu_offers_one(tmp_path: Path) -> 
     inside = f'echo $$ > {cg}/cgroup.procs && mount --bind {cg} /sys/fs/cgroup/cpu && exec "$@"'
     wrapper = ("unshare", "--mount", "--propagation", "private", "sh", "-c", inside, "sh")
     env = {**os.environ, "RAYNB_HOME": str(tmp_path / "home"), "RAYNB_LOCAL_DASHBOARD": "0", "RAYNB_LOCAL_AUTH": "0"}
+    env["RAYNB_CONNECT_TIMEOUT_S"] = "120"  # raynb's own error, inside the script's time, should it not connect
     try:
-        out = script_result(LIMITED_SCRIPT, [], env, timeout=240, wrapper=wrapper)
+        out = script_result(LIMITED_SCRIPT, [], env, timeout=300, wrapper=wrapper)
+    except AssertionError as e:  # the head's own account too: it goes with tmp_path
+        log = tmp_path / "home" / "local" / "head.log"
+        raise AssertionError(f"{e}\n--- head.log:\n{log.read_text()[-4000:] if log.exists() else '(none)'}") from None
     finally:
         for _ in range(50):
             try:
