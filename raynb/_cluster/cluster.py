@@ -316,7 +316,7 @@ def up(
                 "connect_via": via,
             }
         )
-        backend = embedded.up(settings, say)
+        return embedded.up_connected(settings, say, lambda b: _connected(Cluster(b, settings=settings), connect, say))
     return _connected(Cluster(backend, settings=settings), connect, say)
 
 

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .._client import handles
-from ..errors import ConnectError
+from ..errors import ClusterStartError, ConnectError
 from .log_filter import LineFilter
 
 __all__ = ["available", "connect", "HeadWatch"]
@@ -83,7 +83,7 @@ def connect(
 ) -> None:
     """Connect this process to the head at ``gcs_address`` (``127.0.0.1:PORT``) as a driver, and start the head's
     watch; this process's Ray auth mode is the head's already (``session.use_token``). ``head_gone`` says what the
-    head last logged once it no longer runs: no more attempts then."""
+    head last logged once it no longer runs: no more attempts then (a ClusterStartError: ``up`` starts one again)."""
     import ray
     from ray._private import auto_init_hook
 
@@ -97,11 +97,11 @@ def connect(
     while True:
         attempt += 1
         if (last_words := head_gone()) is not None:
-            raise ConnectError(
+            raise ClusterStartError(
                 "The embedded Ray head stopped while this kernel connected to it.",
                 saw=last_words,
-                fix="`%raycluster up --local` starts a fresh one; if it stops again, the lines above name the Ray "
-                "process that went and its last words (a machine short of memory or CPU is the usual cause).",
+                fix="`%raycluster up --local` starts a fresh one; if it stops again, the lines above (Ray's) name the "
+                "process that ended and the end of its log (a machine short of memory or CPU is the usual cause).",
             )
         # ray.init waits ~14 min (20 tries of ~41 s) on a GCS that is not there: ask it only of one that answers
         if not _answers(host, int(port)):

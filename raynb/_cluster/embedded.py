@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from .._settings import Settings
 from ..errors import ClusterStartError, NotConnectedError, UsageError
@@ -12,7 +13,9 @@ from . import session
 from .backend import BackendChecks, BackendKind, Say, agent_beside_dashboard, kube_checks_not_applicable
 from .embedded_head import LocalHead
 
-__all__ = ["EmbeddedBackend", "up", "attach"]
+__all__ = ["EmbeddedBackend", "up", "up_connected", "attach"]
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -118,6 +121,30 @@ def up(settings: Settings, say: Say) -> EmbeddedBackend:
             "and run code as you (drop --no-auth / RAYNB_LOCAL_AUTH=0 to turn token authentication back on)"
         )
     return EmbeddedBackend(head)
+
+
+def up_connected(settings: Settings, say: Say, connected: Callable[[EmbeddedBackend], T]) -> T:
+    """:func:`up`, then ``connected(backend)``; once more where the head it started stopped before this kernel
+    connected (``ray start`` ends the head when any of its processes dies: CI saw it in a 1-CPU container)."""
+    backend = up(settings, say)
+    try:
+        return connected(backend)
+    except ClusterStartError:
+        if backend.head.reused:
+            raise
+        say(f"the embedded Ray head stopped as this kernel connected ({_what_ended(head_proc.head_log_tail(400))}): "
+            "starting a fresh one ...")  # fmt: skip
+        return connected(up(settings, say))
+
+
+def _what_ended(log: str) -> str:
+    """``ray start``'s line for the process whose end ended the head ("raylet [exit code=1]", before its log's tail,
+    which Ray prints below), else the log's last line."""
+    lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
+    for i, ln in enumerate(lines[:-1]):
+        if ln.startswith("Some Ray subprocesses exited unexpectedly"):
+            return lines[i + 1]
+    return lines[-1] if lines else "no log"
 
 
 def attach() -> EmbeddedBackend:

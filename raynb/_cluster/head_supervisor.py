@@ -63,7 +63,6 @@ def _supervise(d: Path) -> int:
     while not stop.wait(0.5):
         if ray.poll() is not None:
             print(f"[raynb] ray start exited with {ray.returncode}", flush=True)
-            _last_words(Path(spec["temp_dir"]) / "session_latest" / "logs")
             clear_record(d)  # a kernel connecting to it learns at once that it is gone (`driver_head_gone`)
             break
         if not (d / "head.json").exists():
@@ -92,20 +91,6 @@ def _supervise(d: Path) -> int:
     print("[raynb] head stopped", flush=True)
     os.killpg(os.getpgid(0), signal.SIGKILL)  # whatever ignored SIGTERM, and this process last
     return 0
-
-
-#: Ray's logs whose ends say why a head went (ray start's own line, above them in head.log, names the process)
-_LAST_WORDS = ("gcs_server.out", "gcs_server.err", "raylet.out", "raylet.err", "dashboard_agent.log",
-               "runtime_env_agent.log", "monitor.log", "dashboard.log")  # fmt: skip
-
-
-def _last_words(logs: Path, lines: int = 6) -> None:
-    """The ends of the head's Ray logs, into head.log: they go with the head's temp dir."""
-    for name in _LAST_WORDS:
-        with contextlib.suppress(OSError):
-            tail = (logs / name).read_text(errors="replace").splitlines()[-lines:]
-            if tail:
-                print(f"[raynb] the end of {name}:", *(f"  {ln}" for ln in tail), sep="\n", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
