@@ -1,7 +1,7 @@
 """A compiled model's first step on one GPU: a bare Python process, a cold raynb run, and a second cold raynb run
 of the same function on the same embedded head, in one invocation (issue 39); prints JSON.
 
-  python bench/first_step.py [--layers 8] [--batch 8] [--seq 2048] [--out bench/results/NAME.json]
+  python bench/first_step.py [--layers 8] [--batch 8] [--seq 2048] [--out bench/results/NAME.json] [--cache-keys]
 
 The model: Qwen2.5-1.5B's architecture (random weights, ``--layers`` of its 28), bf16, ``torch.compile``, AdamW,
 batch x seq tokens a step. Each variant is timed from its call -- the bare process's start, ``raynb.train``'s call --
@@ -17,6 +17,11 @@ differ only in the way to the function (``raynb_second_minus_plain_fit_s``).
 Each raynb run and the plain baseline also record ``ray_processes``: Ray's worker processes started during the run,
 when each started and first showed each process title (``ray::TrainController.__init__``, ``ray::IDLE``, ...), in
 seconds after the call (``bench/ray_processes.py``): which process waited on which.
+
+``--cache-keys`` (a diagnosis, not a record's timings): every variant keeps each compile's FX-graph cache key and the
+inputs Inductor hashed into it (``fx_cache_keys``; a compile that hits AOTAutograd's cache computes none), and
+``fx_key_differences`` names the inputs whose hashes differ between the keys raynb's first run stored and those plain
+``fit()`` (where it missed) or the bare process computed -- why one does not read the other's graphs.
 
 Records: ``bench/results/first_step-h100-2026-12-06*.json`` (one H100 each; NOTES.md has their tables). Run it on the
 device as its README says (the Ray wheels, PYTHONPATH with the project root, RAYNB_LOCAL_DASHBOARD=0,
@@ -44,7 +49,9 @@ from ray_processes import ProcessTimeline  # noqa: E402 - beside this script
 
 def first_step(config: dict[str, Any]) -> dict[str, Any]:
     """Build the model, compile it, take one step; what it saw (also reported to raynb when inside a run)."""
+    import json
     import time
+    from pathlib import Path
 
     entered = time.time()
     import os
@@ -61,6 +68,7 @@ def first_step(config: dict[str, Any]) -> dict[str, Any]:
         rope_theta=1e6, tie_word_embeddings=True,
     )  # fmt: skip
     device = "cpu" if config.get("dry_run") else "cuda"
+    keys = _record_cache_keys() if config.get("cache_keys") else None
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(cfg).to(device, torch.bfloat16)
     model = torch.compile(model)
@@ -89,12 +97,47 @@ def first_step(config: dict[str, Any]) -> dict[str, Any]:
         "fxgraph_cache_miss": int(counters["inductor"].get("fxgraph_cache_miss", 0)),
         "autograd_cache_hit": int(counters["aot_autograd"].get("autograd_cache_hit", 0)),
     }
+    if keys is not None:  # a file beside the record's other parts: too big for a metrics record
+        Path(config["cache_keys"]).write_text(json.dumps(keys))
     try:
         import raynb
 
         raynb.report(step=1, loss=value, **{k: v for k, v in out.items() if k != "loss"})
     except ImportError:
         pass
+    return out
+
+
+def _record_cache_keys() -> list[dict[str, Any]]:
+    """Each FX graph's cache key and what went into it, as Inductor computes them (``compiled_fx_graph_hash``: one
+    "[hash] field: value" line per input), appended to the list returned as this process compiles (``--cache-keys``)."""
+    import torch._inductor.codecache as codecache
+
+    keys: list[dict[str, Any]] = []
+    computed = codecache.compiled_fx_graph_hash
+
+    def recording(*args: Any, **kwargs: Any) -> tuple[str, list[str]]:
+        key, lines = computed(*args, **kwargs)
+        keys.append({"key": key, "components": [ln[:300] for ln in lines]})
+        return key, lines
+
+    codecache.compiled_fx_graph_hash = recording
+    return keys
+
+
+def key_differences(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Graph by graph, the inputs of two compiles' keys whose hashes differ (a component is "[hash] field: value")."""
+
+    def fields(graph: dict[str, Any]) -> dict[str, tuple[str, str]]:
+        split = (ln[1:].split("] ", 1) for ln in graph["components"] if ln.startswith("[") and "] " in ln)
+        return {rest.split(":", 1)[0]: (h, rest) for h, rest in split}
+
+    out = []
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        fx, fy = fields(x), fields(y)
+        differ = {f: [fx.get(f, ("", ""))[1], fy.get(f, ("", ""))[1]] for f in sorted(set(fx) | set(fy))
+                  if fx.get(f, ("", ""))[0] != fy.get(f, ("", ""))[0]}  # fmt: skip
+        out.append({"graph": i, "same_key": x["key"] == y["key"], "differ": differ})
     return out
 
 
@@ -215,10 +258,21 @@ def main() -> None:
     ap.add_argument("--out", help="also write the JSON record to this file (bench/results/...)")
     ap.add_argument("--no-plain", action="store_true", help="leave out the plain TorchTrainer.fit() baseline")
     ap.add_argument("--dry-run", action="store_true", help="the bench's own check on a CPU: a tiny model, no GPU")
+    ap.add_argument(
+        "--cache-keys",
+        action="store_true",
+        help="record each compile's FX-graph cache key and its inputs, and where raynb's second run's and plain "
+        "fit()'s differ (a diagnosis: the wrapping costs a moment, so its timings are not a record's)",
+    )
     args = ap.parse_args()
-    config = {"layers": args.layers, "batch": args.batch, "seq": args.seq}
+    config: dict[str, Any] = {"layers": args.layers, "batch": args.batch, "seq": args.seq}
     if args.dry_run:
         config = {"layers": 1, "batch": 2, "seq": 32, "dry_run": True}
+    keys_dir = Path(tempfile.mkdtemp(prefix="fx-keys-")) if args.cache_keys else None
+
+    def variant(name: str) -> dict[str, Any]:  # the config one variant runs with (where its compile keys go)
+        return {**config, "cache_keys": str(keys_dir / f"{name}.json")} if keys_dir else config
+
     import raynb
 
     storage_cache = Path.home() / "ray_results" / ".raynb" / "compile-cache"  # the runs' storage (the default)
@@ -226,16 +280,18 @@ def main() -> None:
         shutil.rmtree(d, ignore_errors=True)  # raynb's first run compiles from nothing
     shutil.rmtree(storage_cache, ignore_errors=True)  # ... with no compile cache kept in its storage either
     out: dict[str, Any] = {"what": __doc__.split("\n\n")[0].strip() if __doc__ else "", "config": config}
-    out["bare"] = bare(config)
+    out["bare"] = bare(variant("bare"))
     timeline = ProcessTimeline().start()
     t0 = time.time()
     raynb.up(local=True, progress=lambda m: None)
     out["up_s"] = time.time() - t0
-    out["raynb_first"] = with_raynb(config, "first-step-1", timeline)
+    out["raynb_first"] = with_raynb(variant("raynb_first"), "first-step-1", timeline)
     out["up_processes"] = [p for p in timeline.since(t0) if p["started_s"] < out["up_s"]]
-    out["raynb_second"] = with_raynb(config, "first-step-2", timeline)
+    out["raynb_second"] = with_raynb(variant("raynb_second"), "first-step-2", timeline)
     if not args.no_plain:  # after raynb's runs: it finds the node's compile cache warm, as raynb's second run does
-        out["plain_fit_warm_cache"] = plain_fit(config, out["raynb_first"]["cpus_per_worker"], timeline)
+        out["plain_fit_warm_cache"] = plain_fit(
+            variant("plain_fit_warm_cache"), out["raynb_first"]["cpus_per_worker"], timeline
+        )
     timeline.stop()
     raynb.down(progress=lambda m: None)
     first, second, b = (out[k]["to_first_step_s"] for k in ("raynb_first", "raynb_second", "bare"))
@@ -243,6 +299,14 @@ def main() -> None:
     out["second_over_first"] = second / first
     if "plain_fit_warm_cache" in out:
         out["raynb_second_minus_plain_fit_s"] = second - out["plain_fit_warm_cache"]["to_first_step_s"]
+    if keys_dir is not None:  # a compile that hits AOTAutograd's cache computes no FX key: those that missed
+        keys = {f.stem: json.loads(f.read_text()) for f in keys_dir.glob("*.json")}
+        out["fx_cache_keys"] = keys
+        out["fx_key_differences"] = {
+            f"raynb_first_vs_{other}": key_differences(keys["raynb_first"], keys[other])
+            for other in ("plain_fit_warm_cache", "bare")
+            if keys.get("raynb_first") and keys.get(other)
+        }
     out["targets"] = "raynb cold <= bare + 10 s; the second cold run <= 0.6 x the first (issue 39)"
     emit(out, args.out)
 
