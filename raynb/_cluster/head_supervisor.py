@@ -63,7 +63,6 @@ def _supervise(d: Path) -> int:
     while not stop.wait(0.5):
         if ray.poll() is not None:
             print(f"[raynb] ray start exited with {ray.returncode}", flush=True)
-            clear_record(d)  # a kernel connecting to it learns at once that it is gone (`driver_head_gone`)
             break
         if not (d / "head.json").exists():
             break

@@ -1,7 +1,7 @@
-"""An embedded head that dies while the kernel connects to it as a driver (CI saw one in a 1-CPU container): its
-supervisor clears the record (head.log keeps what ``ray start`` said: the process that ended and its log's tail), the
-kernel stops at once with that, instead of ``ray.init`` retrying a GCS that is not there for ~14 minutes (20 tries of
-~41 s, measured), and ``up`` starts a fresh head once."""
+"""An embedded head that dies while the kernel connects to it as a driver (CI saw one in a 1-CPU container): head.log
+keeps what ``ray start`` said (the process that ended and its log's tail), the kernel stops at once with that, instead
+of ``ray.init`` retrying a GCS that is not there for ~14 minutes (20 tries of ~41 s, measured), and ``up`` starts a
+fresh head once."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def test_a_head_that_dies_while_the_kernel_connects_ends_the_connect_with_its_la
     d = tmp_path / "home" / "local"
     log = (d / "head.log").read_text()
     assert "ray start exited with 1" in log and "out of memory, bye" in log, log
-    assert not (d / "head.json").exists(), "a later kernel must not find a dead head's record"
+    assert local.find_head() is None and not (d / "head.json").exists(), "a later `up` finds no head to reuse"
     assert not (tmp_path / "ray-temp").exists(), "the temp dir goes with the head"
 
     backend = EmbeddedBackend(head)
