@@ -10,9 +10,9 @@ process 4.3 s from start to ready, then the helpers', then a worker's 4.5 s more
 
 Here the launcher asks the node's raylet to start them now, all at once (the raylet's ``PrestartWorkers``, which
 Ray's core worker also has but does not expose to Python), with the exact runtime envs Ray Train will ask for,
-computed as Ray Train computes them: Ray hands a new actor an idle process of the same runtime env, so the controller and workers
-find theirs started (or starting). A worker's process imports torch while it waits (:func:`preload`, Ray's
-``worker_process_setup_hook`` through its variable): the import leaves the run's path.
+computed as Ray Train computes them: Ray hands a new actor an idle process of the same runtime env, so the controller
+and workers find theirs started (or starting). A worker's process imports torch while it waits (:func:`preload`,
+Ray's ``worker_process_setup_hook`` through its variable): the import leaves the run's path.
 
 Only the launcher's node: Ray Train attaches its controller and helpers there; workers are started there as far as
 its resources hold them (all of them on the embedded head; none on a Kubernetes head without GPUs, where a GPU
