@@ -1,13 +1,20 @@
 """The run's history on the cluster: every record (spilled to a file past ``mem_records``), every event, the lines
-the workers printed, and the run's picture (``_shared/picture.py``), kept by one detached async actor per run on
+the workers printed, and the run's picture (``_shared/picture.py``), kept by one detached threaded actor per run on
 the head node. Workers push to it (``report.Reporter``); notebooks read from it (``_stream.MetricStream``); the kernel starts
 it (``_client/spares.py``).
 Imports nothing heavier than Ray.
+
+What a call costs the sink is Ray's machinery more than the sink's work (2-core host, 2 workers pushing 10 times a
+second: 0.15 ms of ``Aggregate.add`` in a call of ~4 ms), and it is taken while training runs. So the actor is
+threaded, not async (an async actor's call crosses to its event loop: ~1 ms more a call there), and the calls that
+come many times a second (``MetricsSink.FREQUENT``) leave no task events (``_client/spares.py`` says so as it makes
+the actor; this module does not import Ray): Ray records one for every call (for its state API and dashboard) in the
+caller, the sink and the GCS (~0.5 ms more a call), and the dashboard's task list gains nothing from thousands of
+them a minute.
 """
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import contextlib
 import itertools
@@ -15,6 +22,7 @@ import json
 import os
 import pickle
 import tempfile
+import threading
 import time
 from typing import Any
 
@@ -26,11 +34,13 @@ __all__ = ["MetricsSink"]
 
 
 class MetricsSink:
-    """Async actor holding a run's whole history -- every record and event -- for the kernel that started the run and
+    """Threaded actor holding a run's whole history -- every record and event -- for the kernel that started the run and
     any kernel that attaches later. The newest ``mem_records`` records stay in memory; older ones are spilled to a
     JSON-lines file beside the actor, so a day-long run neither grows the actor without bound nor loses a record."""
 
     SPILL_INDEX_EVERY = 1024
+    #: the calls that come many times a second: each worker's pushes and lines, each following kernel's polls
+    FREQUENT = ("push", "log", "picture")
     #: lines the workers printed, kept for ``%raytrain logs`` (the newest, all ranks together)
     LOG_LINES = 100_000
 
@@ -38,7 +48,8 @@ class MetricsSink:
         self._records: list[dict[str, Any]] = []
         self._base = 0  # absolute index of self._records[0]; records before it are in the spill file
         self._events: list[dict[str, Any]] = []
-        self._new = asyncio.Event()
+        #: held by every call (Ray runs them on a pool of threads); notified by each push, event and log line
+        self._changed = threading.Condition()
         self._mem = max(mem_records, 2)
         self._spill: str | None = None
         self._offsets: list[int] = []  # byte offset of record k * SPILL_INDEX_EVERY in the spill file
@@ -49,18 +60,22 @@ class MetricsSink:
         self._ranks: set[int] = set()
         self._logs: collections.deque[dict[str, Any]] = collections.deque(maxlen=self.LOG_LINES)
         self._log_seq = 0
-        self._new_log = asyncio.Event()
         self._picture = Aggregate()
         self._version = 0  # one more for each push or event: what a notebook's picture is up to date with
         self._pickled: tuple[int, bytes] | None = None  # (version, picture): every kernel following gets the same
         self._clock = SpareClock(ttl_s) if ttl_s is not None else None
         yield_cpu_to_training()
 
-    async def claim(self) -> bool:
+    def claim(self) -> bool:
         """Reserve this sink for a run; False where it was a spare nobody claimed in time (it is leaving)."""
         return self._clock.claim() if self._clock is not None else True
 
-    async def push(self, records: list[dict[str, Any]]) -> None:
+    def push(self, records: list[dict[str, Any]]) -> None:
+        with self._changed:
+            self._add(records)
+            self._changed.notify_all()
+
+    def _add(self, records: list[dict[str, Any]]) -> None:
         for r in records:
             r.setdefault("attempt", self._attempt_of(r.get("rank")))
         self._records.extend(records)
@@ -73,16 +88,16 @@ class MetricsSink:
             self._version += 1
         if len(self._records) > self._mem:
             self._spill_oldest(len(self._records) - self._mem // 2)
-        self._new.set()
 
-    async def event(self, event: dict[str, Any]) -> None:
-        event.setdefault("time", time.time())
-        if event.get("kind") == "worker_started":
-            self._worker_started(int(event.get("rank") or 0))
-        event.setdefault("attempt", self._attempt_of(event.get("rank")))
-        self._events.append(event)
-        self._version += 1
-        self._new.set()
+    def event(self, event: dict[str, Any]) -> None:
+        with self._changed:
+            event.setdefault("time", time.time())
+            if event.get("kind") == "worker_started":
+                self._worker_started(int(event.get("rank") or 0))
+            event.setdefault("attempt", self._attempt_of(event.get("rank")))
+            self._events.append(event)
+            self._version += 1
+            self._changed.notify_all()
 
     def _worker_started(self, rank: int) -> None:
         """A rank's worker started: a rank that already started in this attempt means Ray Train started the group
@@ -95,7 +110,8 @@ class MetricsSink:
                 before = [
                     e for e in self._events if e.get("kind") == "worker_started" and e["attempt"] == self._attempt - 1
                 ]
-                asyncio.get_running_loop().create_task(self._explain_restart(before, self._attempt))
+                attempt = self._attempt
+                threading.Thread(target=self._explain_restart, args=(before, attempt), daemon=True).start()
         self._rank_attempt[rank] = self._attempt
 
     def _attempt_of(self, rank: Any) -> int:
@@ -104,60 +120,63 @@ class MetricsSink:
             return max(self._attempt, 1)
         return self._rank_attempt.get(int(rank), max(self._attempt, 1))
 
-    async def _explain_restart(self, before: list[dict[str, Any]], attempt: int) -> None:
-        lost = await asyncio.to_thread(_lost_workers, before)
-        await self.event({"kind": "restart", "attempt": attempt, "lost": lost})
+    def _explain_restart(self, before: list[dict[str, Any]], attempt: int) -> None:
+        self.event({"kind": "restart", "attempt": attempt, "lost": _lost_workers(before)})
 
-    async def log(self, rank: int, lines: list[tuple[float, str, str]]) -> None:
-        for t, stream, text in lines:
-            self._log_seq += 1
-            self._logs.append(
-                {
-                    "seq": self._log_seq,
-                    "rank": rank,
-                    "time": t,
-                    "stream": stream,
-                    "text": text,
-                    "attempt": self._attempt_of(rank),
-                }
-            )
-        self._new_log.set()
+    def log(self, rank: int, lines: list[tuple[float, str, str]]) -> None:
+        with self._changed:
+            for t, stream, text in lines:
+                self._log_seq += 1
+                self._logs.append(
+                    {
+                        "seq": self._log_seq,
+                        "rank": rank,
+                        "time": t,
+                        "stream": stream,
+                        "text": text,
+                        "attempt": self._attempt_of(rank),
+                    }
+                )
+            self._changed.notify_all()
 
-    async def read_logs(
+    def read_logs(
         self, after: int = 0, rank: int | None = None, tail: int | None = None, timeout: float = 0.0
     ) -> tuple[int, list[dict[str, Any]], int]:
         """Lines after sequence number ``after`` (of ``rank``, or all ranks; the last ``tail`` of them), waiting up
         to ``timeout`` for one. Returns the sequence number to ask from next time, the lines, and how many lines were
         dropped before the oldest still kept."""
-        if self._log_seq <= after and timeout > 0:
-            self._new_log.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._new_log.wait(), timeout)
-        lines = [x for x in self._logs if x["seq"] > after and (rank is None or x["rank"] == rank)]
-        if tail is not None:
-            lines = lines[-tail:] if tail > 0 else []
-        dropped = self._logs[0]["seq"] - 1 if self._logs else 0
-        return self._log_seq, lines, dropped
+        with self._changed:
+            self._changed.wait_for(lambda: self._log_seq > after, timeout)
+            lines = [x for x in self._logs if x["seq"] > after and (rank is None or x["rank"] == rank)]
+            if tail is not None:
+                lines = lines[-tail:] if tail > 0 else []
+            dropped = self._logs[0]["seq"] - 1 if self._logs else 0
+            return self._log_seq, lines, dropped
 
-    async def watch(self, total: float | None, factor: float, min_s: float) -> dict[str, Any]:
+    def watch(self, total: float | None, factor: float, min_s: float) -> dict[str, Any]:
         """The run's summary, how far it is and, when it looks stuck, the stall verdict with each rank's last printed
         line (``_shared/progress.py``; ``total``, ``factor``, ``min_s``: the run's own settings, which the registry
         holds)."""
         now = time.time()
-        out: dict[str, Any] = {
-            **(await self.summary()),  # one call answers `%raytrain ls`'s row
-            "progress": progress(self._picture, total=total, now=now).as_dict(),
-            "stall": None,
-        }
-        verdict = stall(self._picture, now, factor=factor, min_s=min_s)
-        if verdict is not None:
-            last: dict[int, str] = {}
-            for x in itertools.islice(reversed(self._logs), 5000):
-                last.setdefault(x["rank"], x["text"][-200:])
-            out["stall"] = {**verdict.as_dict(), "text": verdict.text(), "last_lines": last}
-        return out
+        with self._changed:
+            out: dict[str, Any] = {
+                **self._summary(),  # one call answers `%raytrain ls`'s row
+                "progress": progress(self._picture, total=total, now=now).as_dict(),
+                "stall": None,
+            }
+            verdict = stall(self._picture, now, factor=factor, min_s=min_s)
+            if verdict is not None:
+                last: dict[int, str] = {}
+                for x in itertools.islice(reversed(self._logs), 5000):
+                    last.setdefault(x["rank"], x["text"][-200:])
+                out["stall"] = {**verdict.as_dict(), "text": verdict.text(), "last_lines": last}
+            return out
 
-    async def summary(self) -> dict[str, Any]:
+    def summary(self) -> dict[str, Any]:
+        with self._changed:
+            return self._summary()
+
+    def _summary(self) -> dict[str, Any]:
         return {
             "step": self._step,
             "last_report": self._last_report,
@@ -166,43 +185,38 @@ class MetricsSink:
             "attempt": max(self._attempt, 1),
         }
 
-    async def picture(
+    def picture(
         self, version: int, event_cursor: int, timeout: float = 0.5
     ) -> tuple[int, bytes | None, list[dict], dict[str, Any]]:
         """The run's picture if it changed since ``version`` (pickled here, between pushes, so it is consistent),
         the events after ``event_cursor`` and the summary; waits up to ``timeout`` for a change."""
-        if version >= self._version and event_cursor >= len(self._events):
-            self._new.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._new.wait(), timeout)
-        pic = None
-        if version < self._version:
-            if self._pickled is None or self._pickled[0] != self._version:
-                self._pickled = (self._version, pickle.dumps(self._picture, protocol=pickle.HIGHEST_PROTOCOL))
-            pic = self._pickled[1]
-        return self._version, pic, self._events[event_cursor:], await self.summary()
+        with self._changed:
+            self._changed.wait_for(lambda: version < self._version or event_cursor < len(self._events), timeout)
+            pic = None
+            if version < self._version:
+                if self._pickled is None or self._pickled[0] != self._version:
+                    self._pickled = (self._version, pickle.dumps(self._picture, protocol=pickle.HIGHEST_PROTOCOL))
+                pic = self._pickled[1]
+            return self._version, pic, self._events[event_cursor:], self._summary()
 
-    async def read(
+    def read(
         self, cursor: int, event_cursor: int, timeout: float = 0.5, limit: int = 100_000
     ) -> tuple[int, list[dict], list[dict]]:
         """Up to ``limit`` records from ``cursor`` on, and the events after ``event_cursor``; waits up to ``timeout``
         for something new. Returns the cursor to ask from next time."""
-        total = self._base + len(self._records)
-        if cursor >= total and event_cursor >= len(self._events):
-            self._new.clear()
-            try:
-                await asyncio.wait_for(self._new.wait(), timeout)
-            except asyncio.TimeoutError:
-                pass
-        recs: list[dict[str, Any]] = []
-        if cursor < self._base:
-            recs = self._read_spilled(cursor, min(limit, self._base - cursor))
-        if len(recs) < limit and cursor + len(recs) >= self._base:
-            start = cursor + len(recs) - self._base
-            recs += self._records[start : start + limit - len(recs)]
-        return cursor + len(recs), recs, self._events[event_cursor:]
+        with self._changed:
+            self._changed.wait_for(
+                lambda: cursor < self._base + len(self._records) or event_cursor < len(self._events), timeout
+            )
+            recs: list[dict[str, Any]] = []
+            if cursor < self._base:
+                recs = self._read_spilled(cursor, min(limit, self._base - cursor))
+            if len(recs) < limit and cursor + len(recs) >= self._base:
+                start = cursor + len(recs) - self._base
+                recs += self._records[start : start + limit - len(recs)]
+            return cursor + len(recs), recs, self._events[event_cursor:]
 
-    async def discard(self) -> None:
+    def discard(self) -> None:
         """Delete the spill file (before the actor is killed for good)."""
         if self._spill:
             with contextlib.suppress(OSError):

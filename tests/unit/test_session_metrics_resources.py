@@ -4,13 +4,13 @@ resource check that refuses runs a cluster can never place."""
 
 from __future__ import annotations
 
-import asyncio
 import http.server
 import json
 import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -98,31 +98,45 @@ def test_sink_keeps_the_whole_history_with_bounded_memory(tmp_path, monkeypatch)
     """A kernel that attaches late reads from record 0; old records leave memory for a spill file, none is lost."""
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
 
-    async def go() -> None:
-        nice = os.nice(0)
-        sink = MetricsSink(mem_records=1000)
-        assert os.nice(0) == nice  # a plain object in this process: only a Ray actor lowers its own priority
-        await sink.event({"kind": "worker_started", "rank": 0})
-        for start in range(0, 5000, 250):
-            await sink.push([{"rank": i % 2, "step": i // 2, "loss": 1 / (i + 1)} for i in range(start, start + 250)])
-        assert len(sink._records) <= 1000  # memory bounded ...
-        spills = list((tmp_path / "raynb-runs").glob("*.jsonl"))
-        assert len(spills) == 1 and len(spills[0].read_text().splitlines()) == sink._base  # ... the rest on disk
-        assert await sink.summary() == {"step": 2499, "last_report": None, "records": 5000, "ranks": 2, "attempt": 1}
-        got, cursor = [], 0
-        while cursor < 5000:  # a late kernel, in pages that cross the file/memory boundary
-            cursor, recs, evs = await sink.read(cursor, 1, limit=777)
-            got += recs
-        assert [r["step"] for r in got] == [i // 2 for i in range(5000)] and got[4999]["loss"] == 1 / 5000
-        cursor, recs, evs = await sink.read(1234, 0, limit=3)  # any cursor, also mid-file
-        assert [r["step"] for r in recs] == [617, 617, 618] and [e["kind"] for e in evs] == ["worker_started"]
-        t0 = asyncio.get_running_loop().time()
-        assert await sink.read(5000, 1, timeout=0.2) == (5000, [], [])  # nothing new: waits, then empty
-        assert asyncio.get_running_loop().time() - t0 >= 0.15
-        await sink.discard()
-        assert not spills[0].exists()
+    nice = os.nice(0)
+    sink = MetricsSink(mem_records=1000)
+    assert os.nice(0) == nice  # a plain object in this process: only a Ray actor lowers its own priority
+    sink.event({"kind": "worker_started", "rank": 0})
+    for start in range(0, 5000, 250):
+        sink.push([{"rank": i % 2, "step": i // 2, "loss": 1 / (i + 1)} for i in range(start, start + 250)])
+    assert len(sink._records) <= 1000  # memory bounded ...
+    spills = list((tmp_path / "raynb-runs").glob("*.jsonl"))
+    assert len(spills) == 1 and len(spills[0].read_text().splitlines()) == sink._base  # ... the rest on disk
+    assert sink.summary() == {"step": 2499, "last_report": None, "records": 5000, "ranks": 2, "attempt": 1}
+    got, cursor = [], 0
+    while cursor < 5000:  # a late kernel, in pages that cross the file/memory boundary
+        cursor, recs, evs = sink.read(cursor, 1, limit=777)
+        got += recs
+    assert [r["step"] for r in got] == [i // 2 for i in range(5000)] and got[4999]["loss"] == 1 / 5000
+    cursor, recs, evs = sink.read(1234, 0, limit=3)  # any cursor, also mid-file
+    assert [r["step"] for r in recs] == [617, 617, 618] and [e["kind"] for e in evs] == ["worker_started"]
+    t0 = time.monotonic()
+    assert sink.read(5000, 1, timeout=0.2) == (5000, [], [])  # nothing new: waits, then empty
+    assert time.monotonic() - t0 >= 0.15
+    sink.discard()
+    assert not spills[0].exists()
 
-    asyncio.run(go())
+
+def test_a_waiting_picture_call_answers_as_a_push_arrives() -> None:
+    """Ray runs the sink's calls on a pool of threads: a kernel's long poll waits on one while a worker's push
+    lands on another, and the push ends the wait at once (not at the poll's timeout)."""
+    sink = MetricsSink()
+    version, pic, _, _ = sink.picture(0, 0, timeout=0.0)
+    assert (version, pic) == (0, None)
+    answered: list[tuple[float, int, bytes | None]] = []
+    poll = threading.Thread(target=lambda: answered.append((time.monotonic(), *sink.picture(0, 0, timeout=10)[:2])))
+    poll.start()
+    time.sleep(0.3)
+    pushed = time.monotonic()
+    sink.push([{"rank": 0, "step": 1, "loss": 2.0, "time": time.time()}])
+    poll.join(timeout=5)
+    ((at, version, pic),) = answered
+    assert version == 1 and pic is not None and at - pushed < 2.0
 
 
 def test_report_refuses_a_checkpoint_and_names_ray_trains_report(tmp_path) -> None:
@@ -211,33 +225,30 @@ def test_sink_gives_each_record_its_own_ranks_attempt(monkeypatch) -> None:
     # the cluster's answer (which of these workers' nodes or processes died): tests/integration/test_nodes.py
     monkeypatch.setattr("raynb._remote.sink._lost_workers", lambda before: [e["rank"] for e in before])
 
-    async def go() -> None:
-        sink = MetricsSink()
-        for rank in (0, 1):
-            await sink.event({"kind": "worker_started", "rank": rank})
-        await sink.push([{"rank": r, "step": s} for s in range(3) for r in (0, 1)])
-        await sink.event({"kind": "worker_error", "rank": 1, "error": "rank 1 fails once"})
-        await sink.event({"kind": "worker_started", "rank": 1})  # the new group's rank 1 speaks first ...
-        await sink.push([{"rank": 1, "step": s} for s in range(6)])
-        await sink.log(1, [(0.0, "stdout", "rank 1, second try")])
-        await sink.push([{"rank": 0, "step": 2}])  # ... a late line of the old rank 0 (its worker not yet restarted)
-        await sink.event({"kind": "worker_started", "rank": 0})
-        await sink.push([{"rank": 0, "step": s} for s in range(6)])
-        await asyncio.sleep(0.1)  # the restart's explanation, asked on a thread
-        _, records, events = await sink.read(0, 0)
-        by_attempt = {a: sorted({(r["rank"], r["step"]) for r in records if r["attempt"] == a}) for a in (1, 2)}
-        assert by_attempt[1] == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
-        assert by_attempt[2] == [(r, s) for r in (0, 1) for s in range(6)]
-        assert [(e["kind"], e.get("rank"), e["attempt"]) for e in events] == [
-            ("worker_started", 0, 1),
-            ("worker_started", 1, 1),
-            ("worker_error", 1, 1),
-            ("worker_started", 1, 2),
-            ("worker_started", 0, 2),
-            ("restart", None, 2),
-        ]
-        assert events[-1]["lost"] == [0, 1] and (await sink.summary())["attempt"] == 2
-        _, lines, _ = await sink.read_logs()
-        assert [x["attempt"] for x in lines] == [2]
-
-    asyncio.run(go())
+    sink = MetricsSink()
+    for rank in (0, 1):
+        sink.event({"kind": "worker_started", "rank": rank})
+    sink.push([{"rank": r, "step": s} for s in range(3) for r in (0, 1)])
+    sink.event({"kind": "worker_error", "rank": 1, "error": "rank 1 fails once"})
+    sink.event({"kind": "worker_started", "rank": 1})  # the new group's rank 1 speaks first ...
+    sink.push([{"rank": 1, "step": s} for s in range(6)])
+    sink.log(1, [(0.0, "stdout", "rank 1, second try")])
+    sink.push([{"rank": 0, "step": 2}])  # ... a late line of the old rank 0 (its worker not yet restarted)
+    sink.event({"kind": "worker_started", "rank": 0})
+    sink.push([{"rank": 0, "step": s} for s in range(6)])
+    time.sleep(0.1)  # the restart's explanation, asked on a thread
+    _, records, events = sink.read(0, 0)
+    by_attempt = {a: sorted({(r["rank"], r["step"]) for r in records if r["attempt"] == a}) for a in (1, 2)}
+    assert by_attempt[1] == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+    assert by_attempt[2] == [(r, s) for r in (0, 1) for s in range(6)]
+    (restart,) = [e for e in events if e["kind"] == "restart"]  # said when the lost workers are known: any time
+    assert [(e["kind"], e.get("rank"), e["attempt"]) for e in events if e is not restart] == [
+        ("worker_started", 0, 1),
+        ("worker_started", 1, 1),
+        ("worker_error", 1, 1),
+        ("worker_started", 1, 2),
+        ("worker_started", 0, 2),
+    ]
+    assert (restart["attempt"], restart["lost"]) == (2, [0, 1]) and sink.summary()["attempt"] == 2
+    _, lines, _ = sink.read_logs()
+    assert [x["attempt"] for x in lines] == [2]
