@@ -88,8 +88,6 @@ def sink_actor(ttl_s: float | None = None) -> Any:
     node, so the run's history survives the loss of a worker node). ``ttl_s``: exit unless claimed by then."""
     import ray
 
-    for name in MetricsSink.FREQUENT:  # no task event for each (sink.py says why)
-        ray.method(enable_task_events=False)(getattr(MetricsSink, name))
     # threaded: a kernel's long poll holds one of the threads for up to its timeout; pushes take a lock for ~0.2 ms
     cls = ray.remote(num_cpus=0, max_concurrency=16)(MetricsSink)
     return cls.options(lifetime="detached", namespace=NAMESPACE, resources=on_head()).remote(ttl_s=ttl_s)

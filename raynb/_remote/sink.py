@@ -7,10 +7,10 @@ Imports nothing heavier than Ray.
 What a call costs the sink is Ray's machinery more than the sink's work (2-core host, 2 workers pushing 10 times a
 second: 0.15 ms of ``Aggregate.add`` in a call of ~4 ms), and it is taken while training runs. So the actor is
 threaded, not async (an async actor's call crosses to its event loop: ~1 ms more a call there), and the calls that
-come many times a second (``MetricsSink.FREQUENT``) leave no task events (``_client/spares.py`` says so as it makes
-the actor; this module does not import Ray): Ray records one for every call (for its state API and dashboard) in the
-caller, the sink and the GCS (~0.5 ms more a call), and the dashboard's task list gains nothing from thousands of
-them a minute.
+come many times a second (:func:`_frequent`: each worker's ``push`` and ``log``, each following kernel's
+``picture``) leave no task events: Ray records one for every call (for its state API and dashboard) in the caller,
+the sink and the GCS (~0.5 ms more a call), and the dashboard's task list gains nothing from thousands of them a
+minute.
 """
 
 from __future__ import annotations
@@ -24,13 +24,25 @@ import pickle
 import tempfile
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from .._shared.picture import Aggregate
 from .._shared.progress import progress, stall
 from .detached import SpareClock, yield_cpu_to_training
 
 __all__ = ["MetricsSink"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _frequent(method: F) -> F:
+    """Mark an actor method that is called many times a second: Ray records no task event for its calls. This is
+    what ``@ray.method(enable_task_events=False)`` sets; it is set here by hand because this module must not import
+    Ray (the kernel imports it before it may), and because it then travels with the class wherever the class is
+    imported (a Ray Client server makes the actor from its own import of it)."""
+    method.__ray_enable_task_events__ = False  # type: ignore[attr-defined]
+    return method
 
 
 class MetricsSink:
@@ -39,8 +51,6 @@ class MetricsSink:
     JSON-lines file beside the actor, so a day-long run neither grows the actor without bound nor loses a record."""
 
     SPILL_INDEX_EVERY = 1024
-    #: the calls that come many times a second: each worker's pushes and lines, each following kernel's polls
-    FREQUENT = ("push", "log", "picture")
     #: lines the workers printed, kept for ``%raytrain logs`` (the newest, all ranks together)
     LOG_LINES = 100_000
 
@@ -70,6 +80,7 @@ class MetricsSink:
         """Reserve this sink for a run; False where it was a spare nobody claimed in time (it is leaving)."""
         return self._clock.claim() if self._clock is not None else True
 
+    @_frequent
     def push(self, records: list[dict[str, Any]]) -> None:
         with self._changed:
             self._add(records)
@@ -123,6 +134,7 @@ class MetricsSink:
     def _explain_restart(self, before: list[dict[str, Any]], attempt: int) -> None:
         self.event({"kind": "restart", "attempt": attempt, "lost": _lost_workers(before)})
 
+    @_frequent
     def log(self, rank: int, lines: list[tuple[float, str, str]]) -> None:
         with self._changed:
             for t, stream, text in lines:
@@ -185,6 +197,7 @@ class MetricsSink:
             "attempt": max(self._attempt, 1),
         }
 
+    @_frequent
     def picture(
         self, version: int, event_cursor: int, timeout: float = 0.5
     ) -> tuple[int, bytes | None, list[dict], dict[str, Any]]:
