@@ -9,6 +9,9 @@ modes alternate, and the order flips every round (bare, raynb / raynb, bare / ..
   Target: raynb <= bare + 1 s.
 - steps_per_s: steady state, after 20 warm-up steps (each row says how long its steady window was: >= 20 s on 2
   cores with the default steps). Target: raynb / bare >= 0.98 in every paired round.
+- window_cpu_cores: every process's CPU over the steady window itself, read from /proc by rank 0 as the window opens
+  and closes, grouped by what the process is (Ray's title for a worker process, else its program), in cores; and
+  steal_cores, the time the host's hypervisor took from this machine meanwhile: where each round's CPU went.
 - raynb_processes_cpu_s: CPU seconds that raynb's processes on the head (its sinks, launchers and registry, those
   started during the run included) and this driver (the notebook's place: it follows the picture) spent from the
   call to its return, from /proc -- what raynb takes from a machine whose cores train, less dependent on the host's
@@ -59,6 +62,49 @@ def cpu_spent(before: dict[int, float], after: dict[int, float]) -> float:
     return sum(t - before.get(pid, 0.0) for pid, t in after.items())
 
 
+def cpu_table() -> dict[int, tuple[str, float]]:
+    """Every process's CPU seconds so far, by pid, with what it is: Ray's title for a Ray worker process
+    (``ray::MetricsSink``), a Python program's script (``dashboard.py``), else the program (``raylet``)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[int, tuple[str, float]] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if not argv[0]:  # a kernel thread
+            continue
+        if argv[0].startswith("ray::"):
+            what = argv[0].split(".")[0].split()[0]
+        else:
+            args = [a for a in argv[1:] if a]
+            what = os.path.basename(argv[0].split()[0])
+            if "python" in what and args:  # the script, or the module after -m
+                module = args[args.index("-m") + 1] if "-m" in args[:-1] else None
+                what = os.path.basename(next((a for a in args if a.endswith(".py")), module or what))
+        out[int(proc.name)] = (what, (int(fields[11]) + int(fields[12])) / tick)
+    return out
+
+
+def steal_s() -> float:
+    """CPU time the hypervisor has taken from this machine so far (/proc/stat's steal), in CPU seconds."""
+    with open("/proc/stat") as f:
+        return int(f.readline().split()[8]) / os.sysconf("SC_CLK_TCK")
+
+
+def window_cpu(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]], seconds: float):
+    """Cores each kind of process used between two :func:`cpu_table` readings (a process that started meanwhile
+    counts whole); kinds under 0.005 cores are left out."""
+    cores: dict[str, float] = {}
+    for pid, (what, cpu) in after.items():
+        spent = cpu - (before[pid][1] if pid in before else 0.0)
+        cores[what] = cores.get(what, 0.0) + spent / seconds
+    return {k: round(v, 3) for k, v in sorted(cores.items(), key=lambda kv: -kv[1]) if v >= 0.005}
+
+
 @ray.remote(num_cpus=0)
 class Timings:
     def __init__(self) -> None:
@@ -95,7 +141,9 @@ def train_fn(config: dict[str, Any]) -> None:
     )
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x, y = torch.randn(128, 256), torch.randint(0, 10, (128,))
-    t_first = t_warm = 0.0
+    t_first = t_warm = steal0 = 0.0
+    rank0 = ray.train.get_context().get_world_rank() == 0
+    cpu0: dict[int, tuple[str, float]] = {}
     for step in range(config["steps"]):
         loss = torch.nn.functional.cross_entropy(model(x), y)
         opt.zero_grad()
@@ -106,15 +154,20 @@ def train_fn(config: dict[str, Any]) -> None:
         if step == 0:
             t_first = time.time()
         if step == config["warmup"] - 1:
+            if rank0:
+                cpu0, steal0 = cpu_table(), steal_s()
             t_warm = time.time()
     t_end = time.time()
-    if ray.train.get_context().get_world_rank() == 0:
+    if rank0:
+        cpu1, steal1 = cpu_table(), steal_s()
         ray.get(
             ray.get_actor("bench-timings", namespace="raynb").put.remote(
                 {
                     "t_first": t_first,
                     "steps_per_s": (config["steps"] - config["warmup"]) / (t_end - t_warm),
                     "steady_s": t_end - t_warm,
+                    "window_cpu_cores": window_cpu(cpu0, cpu1, t_end - t_warm),
+                    "steal_cores": round((steal1 - steal0) / (t_end - t_warm), 3),
                 }
             )
         )
@@ -185,6 +238,8 @@ def main() -> None:
                     "start_to_first_step_s": row["t_first"] - start["t0"],
                     "steps_per_s": row["steps_per_s"],
                     "steady_window_s": row["steady_s"],
+                    "window_cpu_cores": row["window_cpu_cores"],
+                    "steal_cores": row["steal_cores"],
                     "raynb_processes_cpu_s": cpu_s,
                 }
             )
@@ -225,6 +280,13 @@ def main() -> None:
         "bare": med("bare", "raynb_processes_cpu_s"),
         "raynb": med("raynb", "raynb_processes_cpu_s"),
         "what": "median over rounds: raynb's sinks, launchers and registry on the head plus this driver, per run",
+    }
+    out["window_cpu_cores_median"] = {
+        mode: {
+            what: round(statistics.median(r["window_cpu_cores"].get(what, 0.0) for r in rows[mode]), 3)
+            for what in sorted({w for r in rows[mode] for w in r["window_cpu_cores"]})
+        }
+        for mode in rows
     }
     out["paired"] = {
         "first_step_raynb_minus_bare_s": first_diff,
