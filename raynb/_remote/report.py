@@ -3,7 +3,7 @@
 
 Worker side, :func:`report` appends a record to an in-process queue (microseconds, never a Ray call, never a CUDA
 sync: tensors are converted later) and a flusher thread ships batches with fire-and-forget ``push.remote``. The sink
-is an async, detached actor with ``num_cpus=0`` that keeps the run's whole history and, as records arrive, the run's
+is a threaded, detached actor with ``num_cpus=0`` that keeps the run's whole history and, as records arrive, the run's
 picture (``_shared/picture.py``: bounded, a few thousand points however long the run). The notebook long-polls the
 picture from a background thread -- a kernel following 512 ranks draws from kilobytes, not from every record -- and
 reads the records themselves only when asked (``run.metrics``). This module must stay importable on workers: it
