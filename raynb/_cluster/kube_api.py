@@ -128,6 +128,9 @@ _REPEAT_S = 30.0
 #: How long a pod no node matches goes unmentioned: Karpenter batches pending pods for 1-10 s and the Cluster
 #: Autoscaler scans every 10 s, so the first FailedScheduling of a pool that scales from zero is routine.
 _AUTOSCALER_GRACE_S = 20.0
+#: Past its timeout, a wait also goes on while the cluster moved this recently (a pod's stage, or the operator's count
+#: of ready pods, changed): pods bound to nodes that just joined run before KubeRay marks the RayCluster ready.
+_MOVED_S = 10.0
 _NO_MATCH = "didn't match Pod's node affinity/selector"
 
 
@@ -136,9 +139,11 @@ def wait_ready(
 ) -> dict[str, Any]:
     """Wait until the head and every worker are ready; say what is under way (a node provisioned, an image pulled)
     and what is wrong (pending pods explained) as it goes. ``timeout`` is extended while a node is being provisioned
-    or an image pulled, up to three times ``timeout``: never forever."""
+    or an image pulled, or while the cluster moved in the last ``_MOVED_S``, up to three times ``timeout``: never
+    forever."""
     t0 = time.monotonic()
     last_line, said = "", set()
+    moved_at, stages = 0.0, frozenset[tuple[str, str]]()  # when the readiness line or a pod's stage last changed
     diags: list[Diagnosis] = []
     shown: dict[str, tuple[str, float]] = {}  # pod -> (what was said, when)
     under_way: list[Progress] = []
@@ -166,8 +171,10 @@ def wait_ready(
             return rc
         if line != last_line:
             progress(f"[{elapsed:4.0f} s] {line}")
-            last_line = line
+            last_line, moved_at = line, elapsed
         diags, under_way = diagnose(target, ref)
+        if (now_stages := frozenset((p.pod, p.stage) for p in under_way)) != stages:
+            stages, moved_at = now_stages, elapsed
         now = datetime.now(timezone.utc)
         for p in under_way:
             said_before, at = shown.get(p.pod, ("", -_REPEAT_S))
@@ -189,7 +196,8 @@ def wait_ready(
                 saw="\n".join(d.line() for d in hopeless),
                 fix="fix DLC_IMAGE (or the registry access), then `%raycluster down` and `%raycluster up`",
             )
-        if elapsed > timeout and still_under_way(under_way) and elapsed < 3 * timeout:
+        moving = still_under_way(under_way) or elapsed - moved_at < _MOVED_S
+        if elapsed > timeout and moving and elapsed < 3 * timeout:
             extended = True
         elif elapsed > timeout:
             waited_on = [p.line(now) for p in under_way]
