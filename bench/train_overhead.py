@@ -40,28 +40,6 @@ WARMUP = 20
 RAYNB_TITLES = ("ray::MetricsSink", "ray::Launcher", "ray::RunRegistry")
 
 
-def raynb_cpu_s() -> dict[int, float]:
-    """CPU seconds so far of raynb's actor processes on this machine (the embedded head), by pid, and of this
-    process (under pid 0)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    out = {0: time.process_time()}
-    for proc in Path("/proc").iterdir():
-        try:
-            title = (proc / "cmdline").read_bytes().split(b"\0")[0].decode().strip().split(".")[0]
-            if title in RAYNB_TITLES:
-                fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
-                out[int(proc.name)] = (int(fields[11]) + int(fields[12])) / tick  # utime + stime (proc(5): 14, 15)
-        except (OSError, ValueError):
-            pass
-    return out
-
-
-def cpu_spent(before: dict[int, float], after: dict[int, float]) -> float:
-    """What the processes spent between two readings: those that started meanwhile count whole; those that ended
-    meanwhile (an idle spare leaving) count nothing -- their last seconds are not readable, so this is a floor."""
-    return sum(t - before.get(pid, 0.0) for pid, t in after.items())
-
-
 def cpu_table() -> dict[int, tuple[str, float]]:
     """Every process's CPU seconds so far, by pid, with what it is: Ray's title for a Ray worker process
     (``ray::MetricsSink``), a Python program's script (``dashboard.py``), else the program (``raylet``)."""
@@ -85,8 +63,22 @@ def cpu_table() -> dict[int, tuple[str, float]]:
             if "python" in what and args:  # the script, or the module after -m
                 module = args[args.index("-m") + 1] if "-m" in args[:-1] else None
                 what = os.path.basename(next((a for a in args if a.endswith(".py")), module or what))
-        out[int(proc.name)] = (what, (int(fields[11]) + int(fields[12])) / tick)
+        out[int(proc.name)] = (what, (int(fields[11]) + int(fields[12])) / tick)  # utime + stime (proc(5): 14, 15)
     return out
+
+
+def raynb_cpu_s() -> dict[int, float]:
+    """CPU seconds so far of raynb's actor processes on this machine (the embedded head), by pid, and of this
+    process (under pid 0)."""
+    out = {0: time.process_time()}
+    out.update({pid: cpu for pid, (what, cpu) in cpu_table().items() if what in RAYNB_TITLES})
+    return out
+
+
+def cpu_spent(before: dict[int, float], after: dict[int, float]) -> float:
+    """What the processes spent between two readings: those that started meanwhile count whole; those that ended
+    meanwhile (an idle spare leaving) count nothing -- their last seconds are not readable, so this is a floor."""
+    return sum(t - before.get(pid, 0.0) for pid, t in after.items())
 
 
 def steal_s() -> float:
@@ -95,7 +87,9 @@ def steal_s() -> float:
         return int(f.readline().split()[8]) / os.sysconf("SC_CLK_TCK")
 
 
-def window_cpu(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]], seconds: float):
+def window_cpu(
+    before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]], seconds: float
+) -> dict[str, float]:
     """Cores each kind of process used between two :func:`cpu_table` readings (a process that started meanwhile
     counts whole); kinds under 0.005 cores are left out."""
     cores: dict[str, float] = {}
