@@ -2,7 +2,8 @@
 (``_runs/stream.py``).
 
 Worker side, :func:`report` appends a record to an in-process queue (microseconds, never a Ray call, never a CUDA
-sync: tensors are converted later) and a flusher thread ships batches with fire-and-forget ``push.remote``. The sink
+sync: tensors are converted later) and a flusher thread ships batches: over the node's socket where the sink is on
+the worker's node (``node_channel.py``), else with fire-and-forget ``push.remote``. The sink
 is a threaded, detached actor with ``num_cpus=0`` that keeps the run's whole history and, as records arrive, the run's
 picture (``_shared/picture.py``: bounded, a few thousand points however long the run). The notebook long-polls the
 picture from a background thread -- a kernel following 512 ranks draws from kilobytes, not from every record -- and
@@ -15,7 +16,10 @@ from __future__ import annotations
 import collections
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
+
+from .node_channel import ChannelClient
 
 __all__ = ["report", "Reporter", "current_reporter"]
 
@@ -79,7 +83,10 @@ class Reporter:
         max_in_flight: int = 4,
         max_buffered: int = 200_000,
         gpu: Any = None,
+        find_channel: Callable[[], str | None] | None = None,
     ) -> None:
+        """``find_channel``: called once by the flush thread, before its first flush; the sink's socket it returns
+        (``node_channel.find``) carries this worker's batches instead of Ray's calls."""
         self.sink, self.rank = sink, rank
         #: a GpuSampler (or None): its samples join the records from the flush thread, about once a second
         self.gpu = gpu
@@ -87,6 +94,12 @@ class Reporter:
         self._q: collections.deque[dict[str, Any]] = collections.deque()
         #: what this rank printed: (time, stream, line), shipped with the records (bounded like them)
         self._logs: collections.deque[tuple[float, str, str]] = collections.deque(maxlen=max_buffered)
+        #: events for the run (``worker_started``...): sent ahead of the records queued after them
+        self._events: collections.deque[dict[str, Any]] = collections.deque()
+        self._find_channel = find_channel
+        self._channel: ChannelClient | None = None
+        #: how this worker's batches reach the sink: "ray" (a call each), "node socket", or "ray after the socket"
+        self.over = "ray"
         self._step = 0
         #: stamped on every record from now on (a warm group sets {"cell": N} as each cell starts)
         self.tags: dict[str, Any] = {}
@@ -119,11 +132,9 @@ class Reporter:
     def add_log(self, stream: str, line: str) -> None:
         self._logs.append((time.time(), stream, line))
 
-    def _take_logs(self) -> list[tuple[float, str, str]]:
-        out = []
-        while self._logs:
-            out.append(self._logs.popleft())
-        return out
+    def event(self, event: dict[str, Any]) -> None:
+        """An event for the run, sent by the flush thread ahead of every record added after it."""
+        self._events.append(event)
 
     def _take(self) -> list[dict[str, Any]]:
         out = []
@@ -133,22 +144,43 @@ class Reporter:
             out.append({k: _plain(v) for k, v in rec.items()})
         return out
 
-    def _flush(self) -> None:
-        import ray
-
-        if self._logs:
-            self._in_flight.append(self.sink.log.remote(self.rank, self._take_logs()))
-        if not self._q:
+    def _flush(self, wait: bool = True) -> None:
+        events, lines = _drain(self._events), _drain(self._logs)
+        if self._channel is not None:
+            records = self._take()
+            if events or lines or records:
+                try:
+                    self._channel.send(("batch", self.rank, events, lines, records))
+                except OSError:  # the sink is gone or stuck: Ray's calls from now on
+                    self._channel.close()
+                    self._channel = None
+                    self.over = "ray after the socket"
+                    self._over_ray(events, lines, records)
             return
-        if len(self._in_flight) >= self.max_in_flight:  # backpressure lands on this thread, not on training
+        if wait and self._q and len(self._in_flight) >= self.max_in_flight:
+            import ray  # backpressure lands on this thread, not on training
+
             _, self._in_flight = ray.wait(self._in_flight, num_returns=len(self._in_flight), timeout=0)
             if len(self._in_flight) >= self.max_in_flight:
                 _, self._in_flight = ray.wait(self._in_flight, num_returns=1, timeout=5)
-        batch = self._take()
-        if batch:
-            self._in_flight.append(self.sink.push.remote(batch))
+        self._over_ray(events, lines, self._take())
+
+    def _over_ray(self, events: list[dict[str, Any]], lines: list[tuple[float, str, str]], records: list) -> None:
+        for event in events:
+            self._in_flight.append(self.sink.event.remote(event))
+        if lines:
+            self._in_flight.append(self.sink.log.remote(self.rank, lines))
+        if records:
+            self._in_flight.append(self.sink.push.remote(records))
 
     def _loop(self) -> None:
+        if self._find_channel is not None:
+            try:
+                path = self._find_channel()
+                if path:
+                    self._channel, self.over = ChannelClient(path), "node socket"
+            except OSError:  # Ray's calls, then
+                self._channel = None
         while not self._stop.wait(self.flush_interval):
             try:
                 if self.gpu is not None and self.gpu.due(time.monotonic()) and (s := self.gpu.sample()):
@@ -159,14 +191,21 @@ class Reporter:
 
     def close(self, timeout: float = 5.0) -> None:
         """Flush what is left and wait (bounded) until the sink has it."""
-        import ray
-
         self._stop.set()
         self._thread.join(timeout=timeout)
-        batch = self._take()
-        if batch:
-            self._in_flight.append(self.sink.push.remote(batch))
-        if self._logs:
-            self._in_flight.append(self.sink.log.remote(self.rank, self._take_logs()))
+        self._flush(wait=False)
+        if self._channel is not None:
+            self._channel.sync(timeout)
+            self._channel.close()
+            self._channel = None
         if self._in_flight:
+            import ray
+
             ray.wait(self._in_flight, num_returns=len(self._in_flight), timeout=timeout)
+
+
+def _drain(q: collections.deque) -> list:
+    out = []
+    while q:
+        out.append(q.popleft())
+    return out

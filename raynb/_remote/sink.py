@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 from .._shared.picture import Aggregate
 from .._shared.progress import progress, stall
 from .detached import SpareClock, yield_cpu_to_training
+from .node_channel import ChannelServer
 
 __all__ = ["MetricsSink"]
 
@@ -74,6 +75,7 @@ class MetricsSink:
         self._version = 0  # one more for each push or event: what a notebook's picture is up to date with
         self._pickled: tuple[int, bytes] | None = None  # (version, picture): every kernel following gets the same
         self._clock = SpareClock(ttl_s) if ttl_s is not None else None
+        self._server: ChannelServer | None = None  # the workers of this node hand batches over it (node_channel.py)
         yield_cpu_to_training()
 
     def claim(self) -> bool:
@@ -102,12 +104,38 @@ class MetricsSink:
 
     def event(self, event: dict[str, Any]) -> None:
         with self._changed:
-            event.setdefault("time", time.time())
-            if event.get("kind") == "worker_started":
-                self._worker_started(int(event.get("rank") or 0))
-            event.setdefault("attempt", self._attempt_of(event.get("rank")))
-            self._events.append(event)
-            self._version += 1
+            self._event(event)
+            self._changed.notify_all()
+
+    def _event(self, event: dict[str, Any]) -> None:
+        event.setdefault("time", time.time())
+        if event.get("kind") == "worker_started":
+            self._worker_started(int(event.get("rank") or 0))
+        event.setdefault("attempt", self._attempt_of(event.get("rank")))
+        self._events.append(event)
+        self._version += 1
+
+    def channel(self) -> tuple[str, str]:
+        """This sink's node and the socket its workers there hand their batches to (opened on the first ask)."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id(), self._channel_path()
+
+    def _channel_path(self) -> str:
+        with self._changed:
+            if self._server is None:
+                self._server = ChannelServer(self._take_batch)
+            return self._server.path
+
+    def _take_batch(self, message: tuple[Any, ...]) -> None:
+        """One flush of a worker on this node, as its Ray calls would have brought it: its events, then its printed
+        lines, then its records."""
+        _, rank, events, lines, records = message
+        with self._changed:
+            for event in events:
+                self._event(event)
+            self._log(rank, lines)
+            self._add(records)
             self._changed.notify_all()
 
     def _worker_started(self, rank: int) -> None:
@@ -137,19 +165,22 @@ class MetricsSink:
     @_frequent
     def log(self, rank: int, lines: list[tuple[float, str, str]]) -> None:
         with self._changed:
-            for t, stream, text in lines:
-                self._log_seq += 1
-                self._logs.append(
-                    {
-                        "seq": self._log_seq,
-                        "rank": rank,
-                        "time": t,
-                        "stream": stream,
-                        "text": text,
-                        "attempt": self._attempt_of(rank),
-                    }
-                )
+            self._log(rank, lines)
             self._changed.notify_all()
+
+    def _log(self, rank: int, lines: list[tuple[float, str, str]]) -> None:
+        for t, stream, text in lines:
+            self._log_seq += 1
+            self._logs.append(
+                {
+                    "seq": self._log_seq,
+                    "rank": rank,
+                    "time": t,
+                    "stream": stream,
+                    "text": text,
+                    "attempt": self._attempt_of(rank),
+                }
+            )
 
     def read_logs(
         self, after: int = 0, rank: int | None = None, tail: int | None = None, timeout: float = 0.0
@@ -230,7 +261,9 @@ class MetricsSink:
             return cursor + len(recs), recs, self._events[event_cursor:]
 
     def discard(self) -> None:
-        """Delete the spill file (before the actor is killed for good)."""
+        """Delete the spill file and the node's socket (before the actor is killed for good)."""
+        if self._server is not None:
+            self._server.close()
         if self._spill:
             with contextlib.suppress(OSError):
                 os.unlink(self._spill)

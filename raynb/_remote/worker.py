@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._shared.cell_code import build, is_packed
-from . import compile_cache, framework_hooks
+from . import compile_cache, framework_hooks, node_channel
 from . import report as metrics
 from .gpu_sampler import GpuSampler
 from .train_processes import follow_thread_share, preloaded_at
@@ -190,7 +190,13 @@ def run_on_worker(payload: bytes, config: dict[str, Any], sink: Any, info: dict[
     ctx = ray.train.get_context()
     rank = ctx.get_world_rank()
     sampler = GpuSampler(ctx.get_local_rank()) if info.get("gpu_sampling", True) else None
-    rep = metrics.Reporter(sink, rank, flush_interval=info.get("flush_interval", 0.1), gpu=sampler)
+    rep = metrics.Reporter(
+        sink,
+        rank,
+        flush_interval=info.get("flush_interval", 0.1),
+        gpu=sampler,
+        find_channel=lambda: node_channel.find(sink),
+    )
     metrics._set_reporter(rep)
     restore = _patch_train_report(rep, fast=info.get("fast_train_report", True))
     unhook = framework_hooks.install(rep.add_sample)
@@ -204,7 +210,7 @@ def run_on_worker(payload: bytes, config: dict[str, Any], sink: Any, info: dict[
     gpu = None
     with contextlib.suppress(Exception):
         gpu = os.environ.get("CUDA_VISIBLE_DEVICES")
-    sink.event.remote(
+    rep.event(  # ahead of this rank's records, over the same path
         {
             "kind": "worker_started",
             "rank": rank,
@@ -248,6 +254,7 @@ def run_on_worker(payload: bytes, config: dict[str, Any], sink: Any, info: dict[
                 "seconds": time.time() - t0,
                 "setup_at": setup_at,
                 "env_as_started_ahead": env_as_started,
+                "metrics_over": rep.over,
                 **counts,
                 **loaded,
                 **kept,

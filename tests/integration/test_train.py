@@ -209,6 +209,8 @@ def test_one_run_carries_globals_modules_env_metrics_and_nccl(
     done = [e for e in run.events if e["kind"] == "worker_done"]
     assert sorted(e["rank"] for e in done) == [0, 1] and all(e["env_as_started_ahead"] is True for e in done), done
     assert all("torch_preloaded" in e["setup_at"] for e in done), done
+    # the sink is on the workers' node: their batches came over its socket, not a Ray call each
+    assert {e["metrics_over"] for e in done} == {"node socket"}, done
     # training: 60 steps of loss and samples per rank, the loss falling
     trained = df.dropna(subset=["samples"])
     assert trained.groupby("rank")["samples"].count().tolist() == [60, 60]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import stat
 import subprocess
 import sys
 import threading
@@ -137,6 +138,33 @@ def test_a_waiting_picture_call_answers_as_a_push_arrives() -> None:
     poll.join(timeout=5)
     ((at, version, pic),) = answered
     assert version == 1 and pic is not None and at - pushed < 2.0
+
+
+def test_a_worker_on_the_sinks_node_hands_its_batches_over_the_nodes_socket(tmp_path, monkeypatch) -> None:
+    """A worker on the sink's node writes its flushes to the sink's socket instead of Ray's calls (``sink=None``: a
+    Ray call here would fail): its event reaches the sink ahead of its records, its printed lines come too, and
+    ``close()`` returns only once the sink has taken the last batch."""
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    sink = MetricsSink()
+    path = sink._channel_path()
+    assert stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode) == 0o700  # only the cluster's user gets in
+    rep = Reporter(sink=None, rank=1, flush_interval=0.05, find_channel=lambda: path)
+    rep.event({"kind": "worker_started", "rank": 1})
+    for _ in range(100):
+        rep.add({"loss": 0.5})
+    rep.add_log("stdout", "epoch 1")
+    time.sleep(0.3)  # flushes meanwhile
+    assert sink.summary()["records"] == 100
+    for _ in range(20_000):  # one large last batch: the sink is still reading it unless close() waits
+        rep.add({"loss": 0.25})
+    rep.close()
+    assert rep.over == "node socket"
+    _, records, events = sink.read(0, 0, limit=10**6)
+    assert [r["step"] for r in records] == list(range(1, 20_101)) and {r["attempt"] for r in records} == {1}
+    assert [(e["kind"], e["rank"], e["attempt"]) for e in events] == [("worker_started", 1, 1)]
+    assert [x["text"] for x in sink.read_logs()[1]] == ["epoch 1"]
+    sink.discard()
+    assert not os.path.exists(path)
 
 
 def test_report_refuses_a_checkpoint_and_names_ray_trains_report(tmp_path) -> None:
