@@ -1,6 +1,6 @@
 """Benchmark raynb's metrics path on the embedded cluster; prints one JSON object.
 
-  python bench/metrics_path.py [--scale-seconds 60] [--ranks 512] [--rate 10]
+  python bench/metrics_path.py [--scale-seconds 60] [--ranks 512] [--rate 10] [--over node|ray]
 
 - report_cost: worker-side cost of raynb.report() (target p50 <= 1 ms), next to bare Ray Train's
   ray.train.report() per call; both measured inside real Ray Train workers (a raynb run and a bare TorchTrainer with
@@ -29,11 +29,20 @@ from machine import emit  # bench/machine.py, beside this script
 import raynb
 from raynb._client.run_channel import RunChannel
 from raynb._client.spares import sink_actor
+from raynb._remote import node_channel
 from raynb._remote import report as metrics
 from raynb._runs.stream import MetricStream
 
 #: A real worker's flush period (run_on_worker's default).
 FLUSH_S = 0.1
+
+
+def _reporter(sink: Any, rank: int, over: str) -> metrics.Reporter:
+    """A Reporter as run_on_worker sets one up: ``over`` "node", the sink's socket where the sink is on this node
+    (what a real worker does), or "ray", a Ray call each flush (every worker before the node channel, and workers on
+    other nodes)."""
+    find = (lambda: node_channel.find(sink)) if over == "node" else None
+    return metrics.Reporter(sink, rank, flush_interval=FLUSH_S, find_channel=find)
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -45,8 +54,8 @@ def pct(xs: list[float], q: float) -> float:
 class ReportingWorker:
     """Stands in for a training worker: a Ray worker process with a Reporter, like run_on_worker sets up."""
 
-    def steady(self, sink: Any, seconds: float, hz: float) -> int:
-        rep = metrics.Reporter(sink, 0)
+    def steady(self, sink: Any, seconds: float, hz: float, over: str) -> int:
+        rep = _reporter(sink, 0, over)
         metrics._set_reporter(rep)
         n, t_end = 0, time.time() + seconds
         while time.time() < t_end:
@@ -56,9 +65,9 @@ class ReportingWorker:
         rep.close()
         return n
 
-    def simulate(self, sink: Any, ranks: list[int], seconds: float, rate: float) -> int:
+    def simulate(self, sink: Any, ranks: list[int], seconds: float, rate: float, over: str) -> int:
         """Many logical ranks in one process, each reporting ``rate`` times a second through one flusher."""
-        rep = metrics.Reporter(sink, ranks[0], flush_interval=FLUSH_S)
+        rep = _reporter(sink, ranks[0], over)
         steps = dict.fromkeys(ranks, 0)
         n, t0 = 0, time.time()
         tick = 1.0 / rate
@@ -154,10 +163,11 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, default=512)
     ap.add_argument("--rate", type=float, default=10)
     ap.add_argument("--processes", type=int, default=8, help="processes hosting the simulated ranks")
+    ap.add_argument("--over", choices=("node", "ray"), default="node", help="the simulated workers' path (_reporter)")
     ap.add_argument("--out", help="also write the JSON record to this file (bench/results/...)")
     args = ap.parse_args()
     raynb.up(local=True, progress=lambda m: print(m, file=sys.stderr))
-    out: dict[str, Any] = {"ray": ray.__version__}
+    out: dict[str, Any] = {"ray": ray.__version__, "over": args.over}
 
     # 1. worker-side cost of report(), both inside real Train workers
     cost_us = raynb_report_us()
@@ -178,7 +188,7 @@ def main() -> None:
     sink = sink_actor()
     ray.get(sink.read.remote(0, 0, 0.0))
     stream = MetricStream(RunChannel("bench", None, None, sink)).start()
-    n = ray.get(w.steady.remote(sink, 10.0, 20.0))
+    n = ray.get(w.steady.remote(sink, 10.0, 20.0, args.over))
     stream.stop()
     lat = [(a - newest) * 1000 for a, newest in stream.arrivals]
     out["latency_ms"] = {
@@ -233,14 +243,14 @@ def main() -> None:
     view._handle = Handle()
     per = args.ranks // args.processes
     sims = [ReportingWorker.remote() for _ in range(args.processes)]
-    ray.get([s.steady.remote(sink, 0.0, 1.0) for s in sims])  # all processes up before the clock starts
+    ray.get([s.steady.remote(sink, 0.0, 1.0, args.over) for s in sims])  # all processes up before the clock starts
     while stream.poll_once(timeout=0.5):  # the warm-up reports are in the picture before the clock starts
         pass
     warmup = stream.summary.get("records", 0)
     stream.arrivals.clear()
     t0 = time.time()
     refs = [
-        s.simulate.remote(sink, list(range(i * per, (i + 1) * per)), args.scale_seconds, args.rate)
+        s.simulate.remote(sink, list(range(i * per, (i + 1) * per)), args.scale_seconds, args.rate, args.over)
         for i, s in enumerate(sims)
     ]
     render_ms: list[float] = []
