@@ -151,6 +151,11 @@ class Settings:
         "(the cluster ends it, saying why; no kernel needs to be there)",
         "--on-stall",
     )
+    ended_sink_s: float = option(
+        60.0,
+        "seconds an ended run's sink stays a process on the head (kernels read its last records meanwhile) before it "
+        "hands the run's history to a file there and exits; the cluster's registry answers for it from then on",
+    )
     storage_path: str | None = option(None, "where Ray Train keeps run state and checkpoints (default ~/ray_results)")
     shared_mount_path: str | None = option(
         None,

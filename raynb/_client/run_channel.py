@@ -108,29 +108,41 @@ class RunChannel:
         ray.get(self.registry.finished.remote(self.name, outcome), timeout=10)
 
     # --- the run's sink ---------------------------------------------------------------------------------------------
+    def _read(self, method: str, *args: Any, timeout: float | None = None) -> Any:
+        """``method(*args)`` of the run's sink; once the sink has retired (an ended run's, after its
+        ``sink_stays_s``), of the run's history, which the registry answers the same way."""
+        import ray
+
+        if self.sink is not None:
+            try:
+                return ray.get(getattr(self.sink, method).remote(*args), timeout=timeout)
+            except ray.exceptions.RayActorError as e:
+                lost: BaseException = e  # retired, or lost with its node: the registry knows which
+        else:
+            lost = RuntimeError(f"run {self.name!r} has no sink and no history on the cluster")
+        found = None if self.registry is None else ray.get(self.registry.history.remote(self.name, method, args))
+        if found is None:
+            raise lost
+        self.sink = None  # retired for good: ask the registry from now on
+        return found
+
     @handles.calls_ray
     def picture(self, version: int, events_seen: int, timeout: float) -> tuple[int, bytes | None, list, dict]:
         """(version, the pickled picture if newer than ``version``, events after ``events_seen``, summary); waits up
         to ``timeout`` for something new."""
-        import ray
-
-        version, pic, events, summary = ray.get(self.sink.picture.remote(version, events_seen, timeout))
+        version, pic, events, summary = self._read("picture", version, events_seen, timeout)
         return version, pic, events, summary
 
     @handles.calls_ray
     def records(self, cursor: int, chunk: int) -> list[dict[str, Any]]:
         """Up to ``chunk`` records from index ``cursor`` on."""
-        import ray
-
-        _cursor, recs, _ = ray.get(self.sink.read.remote(cursor, 1 << 62, 0.0, chunk))
+        _cursor, recs, _ = self._read("read", cursor, 1 << 62, 0.0, chunk)
         return list(recs)
 
     @handles.calls_ray
     def watch(self, total: float | None, factor: float, min_s: float) -> dict[str, Any]:
         """How far the run is and its stall verdict, with each rank's last printed line."""
-        import ray
-
-        found: dict[str, Any] = ray.get(self.sink.watch.remote(total, factor, min_s), timeout=10)
+        found: dict[str, Any] = self._read("watch", total, factor, min_s, timeout=10)
         return found
 
     @handles.calls_ray
@@ -139,8 +151,6 @@ class RunChannel:
     ) -> tuple[int, list[dict[str, Any]], int]:
         """(last line's number, lines printed after line ``after`` -- every rank or ``rank``, the last ``tail`` --,
         lines no longer kept); with ``timeout``, waits that long for a new line."""
-        import ray
-
         args = (after, rank, tail) if timeout is None else (after, rank, tail, timeout)
-        seq, lines, dropped = ray.get(self.sink.read_logs.remote(*args))
+        seq, lines, dropped = self._read("read_logs", *args)
         return seq, lines, dropped

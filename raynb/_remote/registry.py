@@ -7,7 +7,9 @@ find them again (name, shape, who started it, status, outcome). Killing the kern
 connection leaves all of it running; ``raynb.runs()`` and ``raynb.attach(name)`` read it back.
 
 Finished runs stay attachable (status, metrics, error, checkpoint) until removed (``raynb.remove_run``) or until more than
-``KEEP_FINISHED`` finished runs exist, when the oldest finished ones go first.
+``KEEP_FINISHED`` finished runs exist, when the oldest finished ones go first. An ended run's sink stays a process for
+the run's ``sink_stays_s`` (the kernels following it read its last records meanwhile), then hands its history to a
+file on the head and exits; from then on this registry answers the reads for it (:meth:`RunRegistry.history`).
 
 On a RayCluster, the registry also tells the cluster's Kubernetes object what runs (``_shared/run_notice.py``: a label
 and an annotation, written with the head pod's service account by ``kube_notice.py``) -- at once when a run starts or
@@ -19,12 +21,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import os
 import time
 from typing import Any
 
 from .._shared.run_notice import Notice, notice_of, patch_body
 from .._shared.seam import ACTIVE, KEEP_FINISHED
 from .kube_notice import NoticeRefused, PodIdentity, patch_raycluster
+from .sink import MetricsSink
 
 __all__ = ["RunRegistry", "STALL_CHECK_S", "NOTICE_S"]
 
@@ -34,6 +38,10 @@ STALL_CHECK_S = 5.0
 NOTICE_S = 10.0
 #: a notice unchanged this long is written again while runs go on: its time says the head is still there
 NOTICE_REFRESH_S = 60.0
+#: the reads a retired run's history answers (``history``), with the place of each one's wait in its arguments
+HISTORY_READS = {"picture": 2, "read": 2, "read_logs": 3, "watch": None, "summary": None}
+#: retired runs' histories kept loaded (the most recently read)
+LOADED_HISTORIES = 4
 
 
 class RunRegistry:
@@ -50,6 +58,8 @@ class RunRegistry:
         self._notice_kick = asyncio.Event()  # a run started or ended: write now
         self._notice_task: asyncio.Task[None] | None = None
         self._notice_refused: tuple[float, str] | None = None  # until when not to try again, and why
+        self._histories: dict[str, str] = {}  # a retired run's history file (its sink has exited)
+        self._loaded: dict[str, MetricsSink] = {}  # some of them read back, the most recently used last
 
     async def register(self, name: str, info: dict[str, Any], launcher: Any, sink: Any) -> dict[str, Any] | None:
         """Record a new run; returns the existing run's info instead if a run of that name is going on. A finished
@@ -97,7 +107,7 @@ class RunRegistry:
             row = dict(run)
             if run["status"] in ACTIVE or name == last:  # the step: the sink's
                 with contextlib.suppress(Exception):  # a sink lost with its node: the row says what is known
-                    row.update(await asyncio.wait_for(self._handles[name][1].summary.remote(), 5))
+                    row.update(await asyncio.wait_for(self._sink_call(name, "summary"), 5))
             rows.append(row)
         notice = notice_of(rows, now, ACTIVE)
         old = self._notice
@@ -124,7 +134,7 @@ class RunRegistry:
         min_s = spec.get("stall_min_s", 300.0) if run["status"] in ACTIVE else math.inf
         args = (spec.get("total_steps"), spec.get("stall_factor", 10.0), min_s)
         try:
-            found: dict[str, Any] = await asyncio.wait_for(self._handles[name][1].watch.remote(*args), 5)
+            found: dict[str, Any] = await asyncio.wait_for(self._sink_call(name, "watch", *args), 5)
         except Exception:  # noqa: BLE001 - a sink lost with its node, or one of an earlier raynb
             return None
         return found
@@ -160,8 +170,7 @@ class RunRegistry:
                 run["outcome"] = outcome  # the details (each rank's failure) of the failure already recorded
             return
         run.update(status=outcome.get("status", "failed"), ended=time.time(), outcome=outcome)
-        self._kick_notice()
-        self._changed[name].set()  # its launcher stays: the kernel's next run may take it (it exits when idle)
+        self._ended(name)  # its launcher stays: the kernel's next run may take it (it exits when idle)
 
     async def stop(self, name: str, step: int | None = None, reason: str | None = None) -> dict[str, Any] | None:
         """Stop a running run: killing its launcher takes Train's controller and workers with it."""
@@ -172,8 +181,7 @@ class RunRegistry:
             _kill(self._handles[name][0])
             outcome = {"status": "aborted", "step": step, **({"reason": reason} if reason else {})}
             run.update(status="aborted", ended=time.time(), outcome=outcome)
-            self._kick_notice()
-            self._changed[name].set()
+            self._ended(name)
         return run
 
     async def get(self, name: str) -> tuple[dict[str, Any], Any, Any] | None:
@@ -209,8 +217,58 @@ class RunRegistry:
                     ended=time.time(),
                     outcome={"status": "failed", "error_type": type(e).__name__, "message": why[:2000]},
                 )
-                self._kick_notice()
-                self._changed[name].set()
+                self._ended(name)
+
+    def _ended(self, name: str) -> None:
+        """The run has just ended: every kernel hears of it; its sink retires after the run's ``sink_stays_s``."""
+        self._kick_notice()
+        self._changed[name].set()
+        sink = self._handles[name][1]
+        asyncio.get_running_loop().create_task(self._retire(name, sink, self._runs[name].get("sink_stays_s", 60.0)))
+
+    async def _retire(self, name: str, sink: Any, after_s: float) -> None:
+        await asyncio.sleep(after_s)
+        if self._handles.get(name, (None, None))[1] is not sink:  # removed, or a new run under its name
+            return
+        try:
+            path = await asyncio.wait_for(sink.retire.remote(), 60)
+        except Exception:  # noqa: BLE001 - lost with its node, or a sink of an earlier raynb: it stays as it is
+            return
+        if self._handles.get(name, (None, None))[1] is not sink:  # removed meanwhile
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            return
+        self._histories[name] = path
+        self._handles[name] = (self._handles[name][0], None)
+        _kill(sink)
+
+    async def history(self, name: str, method: str, args: tuple[Any, ...]) -> Any:
+        """What the run's sink answered to ``method(*args)``, for a run whose sink has retired; None where there is
+        no such history. A read that would have waited for news waits here (nothing new comes) and answers."""
+        path = self._histories.get(name)
+        if path is None or method not in HISTORY_READS:
+            return None
+        sink = self._loaded.pop(name, None)
+        if sink is None:
+            sink = await asyncio.to_thread(MetricsSink.restored, path)
+        self._loaded[name] = sink
+        while len(self._loaded) > LOADED_HISTORIES:
+            del self._loaded[next(iter(self._loaded))]
+        at = HISTORY_READS[method]
+        wait = 0.0
+        if at is not None and len(args) > at:
+            wait, args = float(args[at] or 0.0), (*args[:at], 0.0, *args[at + 1 :])
+        found = await asyncio.to_thread(getattr(sink, method), *args)
+        if wait and not any(isinstance(x, (list, bytes)) and x for x in found):
+            await asyncio.sleep(min(wait, 5.0))
+        return found
+
+    async def _sink_call(self, name: str, method: str, *args: Any) -> Any:
+        """``method(*args)`` of the run's sink, or of its history where it has retired."""
+        sink = self._handles[name][1]
+        if sink is None:
+            return await self.history(name, method, args)
+        return await getattr(sink, method).remote(*args)
 
     async def started_at(self) -> float:
         return self.started
@@ -240,6 +298,14 @@ class RunRegistry:
             return run
         _launcher, sink = self._handles.pop(name)
         del self._runs[name], self._changed[name]
+        if sink is None:  # retired: its history and spill files
+            path, loaded = self._histories.pop(name), self._loaded.pop(name, None)
+            with contextlib.suppress(Exception):  # unreadable: its spill file stays in the head's temp folder
+                history = loaded if loaded is not None else await asyncio.to_thread(MetricsSink.restored, path)
+                history.discard()
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            return run
         try:
             await asyncio.wait_for(sink.discard.remote(), 10)  # its spill file
         except Exception:  # noqa: BLE001 - gone already

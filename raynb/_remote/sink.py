@@ -260,6 +260,36 @@ class MetricsSink:
                 recs += self._records[start : start + limit - len(recs)]
             return cursor + len(recs), recs, self._events[event_cursor:]
 
+    #: what :meth:`retire` leaves out: the lock, the spare's clock, the socket, the picture's pickle
+    _NOT_KEPT = ("_changed", "_clock", "_server", "_pickled")
+
+    def retire(self) -> str:
+        """The run has ended: every record to the spill file, the rest (events, lines, picture) to a file beside it,
+        and the socket closed; returns that file's path, which :meth:`restored` reads back. Called by the registry,
+        which then answers for the run (``registry.history``) and ends this actor: an idle actor process costs its
+        node ~0.01 cores, and a kernel of many cells would leave one per run."""
+        with self._changed:
+            if self._records:
+                self._spill_oldest(len(self._records))
+            if self._server is not None:
+                self._server.close()
+                self._server = None
+            state = {k: v for k, v in vars(self).items() if k not in self._NOT_KEPT}
+            path = os.path.join(_runs_dir(), f"history-{os.getpid()}-{id(self):x}.pickle")
+            with open(path, "wb") as f:
+                pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
+            return path
+
+    @classmethod
+    def restored(cls, path: str) -> MetricsSink:
+        """A retired run's history, read back as a plain object (no actor): it answers every read as the sink did."""
+        with open(path, "rb") as f:
+            state = pickle.load(f)  # a file the run's own sink wrote on this node
+        sink = cls.__new__(cls)
+        vars(sink).update(state)
+        sink._changed, sink._clock, sink._server, sink._pickled = threading.Condition(), None, None, None
+        return sink
+
     def discard(self) -> None:
         """Delete the spill file and the node's socket (before the actor is killed for good)."""
         if self._server is not None:
@@ -270,9 +300,7 @@ class MetricsSink:
 
     def _spill_oldest(self, n: int) -> None:
         if self._spill is None:
-            d = os.path.join(tempfile.gettempdir(), "raynb-runs")
-            os.makedirs(d, exist_ok=True)
-            self._spill = os.path.join(d, f"records-{os.getpid()}-{id(self):x}.jsonl")
+            self._spill = os.path.join(_runs_dir(), f"records-{os.getpid()}-{id(self):x}.jsonl")
         with open(self._spill, "ab") as f:
             for i, rec in enumerate(self._records[:n]):
                 if (self._base + i) % self.SPILL_INDEX_EVERY == 0:
@@ -296,6 +324,12 @@ class MetricsSink:
                 if len(out) >= n:
                     break
         return out
+
+
+def _runs_dir() -> str:
+    d = os.path.join(tempfile.gettempdir(), "raynb-runs")
+    os.makedirs(d, exist_ok=True)
+    return d
 
 
 def _lost_workers(started: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -225,7 +225,8 @@ class Run:
         wait_for_ending()  # a run just shown failed leaves its launcher to this one in a moment
         self.started_at = time.time()
         self.status = "starting"
-        info = {"spec": self.spec.summary(), "user": f"{getpass.getuser()}@{socket.gethostname()}"}
+        user = f"{getpass.getuser()}@{socket.gethostname()}"
+        info = {"spec": self.spec.summary(), "user": user, "sink_stays_s": self.settings.ended_sink_s}
         self._channel = side().start_run(self.name, info)
         remember(self.name, self.started_at, self.spec.storage_path)
         spec = {
@@ -234,11 +235,7 @@ class Run:
             "idle_after_s": self.settings.local_idle_after_run_s,
             "trainer_kwargs": self.spec.trainer_kwargs,
             "env": launcher_env(self.settings.health_check_interval_s),
-            "worker_info": {
-                "cwd": self.spec.cwd,
-                "expect_efa": self.spec.expect_efa,
-                "gdr_expected": self.spec.gdr_expected,
-            }
+            "worker_info": {k: getattr(self.spec, k) for k in ("cwd", "expect_efa", "gdr_expected")}
             | {k: getattr(self.settings, k) for k in ("fast_train_report", "gpu_sampling")},
         }
         self._channel.launch(payload, self.spec.config, spec)

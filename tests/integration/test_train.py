@@ -260,12 +260,17 @@ def test_one_run_carries_globals_modules_env_metrics_and_nccl(
     assert "P2P" in run._repr_mimebundle_()["text/html"]  # the badge in the cell
 
 
-def test_a_run_whose_launcher_is_lost_ends_failed_for_every_kernel(cluster: raynb.Cluster) -> None:
+def test_a_run_whose_launcher_is_lost_ends_failed_for_every_kernel(cluster: raynb.Cluster, monkeypatch) -> None:
     """The run's launcher (where fit() and Ray Train's controller run) killed mid-run, as losing its node would: the
     kernel that started the run ends it failed, naming the launcher, and the cluster's registry -- what every other
     kernel and ``down`` read -- says failed too. (Before, the kernel's run failed on the actor's error while the
-    registry still said running, and ``down`` refused: "1 run(s) still going".)"""
+    registry still said running, and ``down`` refused: "1 run(s) still going".) Then the ended run's sink stays a
+    process for ``ended_sink_s`` (60 s by default, 0.5 s here), hands the run's history to a file on the head and
+    exits -- each idle actor process costs its node ~0.01 cores, and a kernel of many cells left one per run -- and
+    every read answers as before, from the registry: this kernel's, and a kernel that attaches afterwards."""
     import ray
+
+    monkeypatch.setenv("RAYNB_ENDED_SINK_S", "0.5")
 
     def fn(config: dict) -> None:
         import time
@@ -274,6 +279,7 @@ def test_a_run_whose_launcher_is_lost_ends_failed_for_every_kernel(cluster: rayn
 
         import raynb
 
+        print("rank 0 starts", flush=True)
         for step in range(100_000):
             time.sleep(0.1)
             raynb.report(step=step, threads=torch.get_num_threads())
@@ -294,6 +300,24 @@ def test_a_run_whose_launcher_is_lost_ends_failed_for_every_kernel(cluster: rayn
     ), run.error
     (row,) = [r for r in raynb.runs().rows if r["name"] == "launcher-lost"]
     assert row["status"] == "failed", row
+    # the ended run's sink retires
+    sink, deadline = run._channel.sink, time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            ray.get(sink.summary.remote(), timeout=10)
+        except ray.exceptions.RayActorError:
+            break
+        time.sleep(0.5)
+    else:
+        pytest.fail("the ended run's sink is still a process a minute later")
+    steps = run._channel.watch(None, 10.0, 300.0)["step"]  # this kernel's handle is dead: the registry answers
+    assert steps >= 2 and run._channel.sink is None
+    again = raynb.attach("launcher-lost", display=False)
+    assert again.status == "failed" and again._channel.sink is None
+    assert again.metrics["step"].tolist() == list(range(steps + 1)), again.metrics
+    assert "rank 0 starts" in raynb.run_logs("launcher-lost")
+    (row,) = [r for r in raynb.runs().rows if r["name"] == "launcher-lost"]
+    assert (row["status"], row["step"]) == ("failed", steps), row
 
 
 def test_a_failing_rank_ends_the_cell_at_once_and_leaves_its_launcher_to_the_next_run(cluster: raynb.Cluster) -> None:

@@ -167,6 +167,39 @@ def test_a_worker_on_the_sinks_node_hands_its_batches_over_the_nodes_socket(tmp_
     assert not os.path.exists(path)
 
 
+def test_a_retired_sinks_history_answers_every_read_as_the_sink_did(tmp_path, monkeypatch) -> None:
+    """An ended run's sink hands its history to a file and exits; read back (by the cluster's registry), it answers
+    the picture, records across the spill file, events, lines, the summary and the stall check as the sink did."""
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    sink = MetricsSink(mem_records=1000)
+    sink.event({"kind": "worker_started", "rank": 0})
+    for start in range(0, 2500, 250):
+        sink.push(
+            [{"rank": 0, "step": i + 1, "loss": 1 / (i + 1), "time": 100.0 + i} for i in range(start, start + 250)]
+        )
+    sink.log(0, [(1.0, "stdout", "epoch 1"), (2.0, "stderr", "warning")])
+    reads = {
+        "picture": (0, 0, 0.0),
+        "read": (0, 0, 0.0, 10**6),
+        "read_logs": (0, None, None),
+        "summary": (),
+        "watch": (2500, 10.0, 300.0),
+    }
+    before = {m: getattr(sink, m)(*args) for m, args in reads.items()}
+    path = sink.retire()
+    history = MetricsSink.restored(path)
+    assert history._records == [] and history._base == 2500  # every record in the spill file now
+    for method, args in reads.items():
+        got = getattr(history, method)(*args)
+        want = before[method]
+        if method == "watch":  # a verdict either way; its times are now's
+            assert (got["stall"] is None) == (want["stall"] is None)
+            got, want = ({k: v for k, v in d.items() if k not in ("progress", "stall")} for d in (got, want))
+        assert got == want, method
+    history.discard()
+    assert not list(tmp_path.glob("raynb-runs/*.jsonl"))
+
+
 def test_report_refuses_a_checkpoint_and_names_ray_trains_report(tmp_path) -> None:
     import pytest
     from ray.train import Checkpoint
