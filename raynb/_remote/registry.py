@@ -60,6 +60,7 @@ class RunRegistry:
         self._notice_refused: tuple[float, str] | None = None  # until when not to try again, and why
         self._histories: dict[str, str] = {}  # a retired run's history file (its sink has exited)
         self._loaded: dict[str, MetricsSink] = {}  # some of them read back, the most recently used last
+        self._answered: dict[tuple[str, str, tuple[Any, ...]], Any] = {}  # their rows for `ls` and the notice
 
     async def register(self, name: str, info: dict[str, Any], launcher: Any, sink: Any) -> dict[str, Any] | None:
         """Record a new run; returns the existing run's info instead if a run of that name is going on. A finished
@@ -264,11 +265,15 @@ class RunRegistry:
         return found
 
     async def _sink_call(self, name: str, method: str, *args: Any) -> Any:
-        """``method(*args)`` of the run's sink, or of its history where it has retired."""
+        """``method(*args)`` of the run's sink, or of its history where it has retired (kept: `ls` asks for every
+        run's row, and a history does not change)."""
         sink = self._handles[name][1]
-        if sink is None:
-            return await self.history(name, method, args)
-        return await getattr(sink, method).remote(*args)
+        if sink is not None:
+            return await getattr(sink, method).remote(*args)
+        key = (name, method, args)
+        if key not in self._answered:
+            self._answered[key] = await self.history(name, method, args)
+        return self._answered[key]
 
     async def started_at(self) -> float:
         return self.started
@@ -300,6 +305,7 @@ class RunRegistry:
         del self._runs[name], self._changed[name]
         if sink is None:  # retired: its history and spill files
             path, loaded = self._histories.pop(name), self._loaded.pop(name, None)
+            self._answered = {k: v for k, v in self._answered.items() if k[0] != name}
             with contextlib.suppress(Exception):  # unreadable: its spill file stays in the head's temp folder
                 history = loaded if loaded is not None else await asyncio.to_thread(MetricsSink.restored, path)
                 history.discard()
