@@ -112,6 +112,9 @@ SCRIPT = textwrap.dedent("""
     out["metrics"] = run.metrics[["rank", "step", "attempt", "node"]].to_dict("records")
     out["error"] = str(run.error)[:3000] if run.error else None
     out["checkpoint"] = (run.result or {}).get("checkpoint")
+    started = {(e["rank"], e["attempt"]): e["node_id"] for e in run.events if e["kind"] == "worker_started"}
+    done = [e for e in run.events if e["kind"] == "worker_done"]
+    out["paths"] = [[started.get((e["rank"], e["attempt"])), e.get("metrics_over")] for e in done]
     c.down(progress=lambda m: None)
     print("RESULT " + json.dumps(out))
 """)
@@ -208,3 +211,8 @@ def test_nodes_with_disks_of_their_own_and_one_lost_mid_run(tmp_path: Path) -> N
     assert "attempt 2 of 2 (restarted after node " in banner, banner
     assert f"({lost[:8]} at " in banner and ") was lost with rank" in banner, banner
     assert f"resumed at step {resumed_at}" in banner, banner
+    # how each finishing rank's batches reached the run's sink (on the head): over its socket from the head's node,
+    # a Ray call each from the others (a socket is a file of its node: each node here has its own /tmp)
+    assert out["paths"], out
+    for node, over in out["paths"]:
+        assert over == ("node socket" if node == out["head_node"] else "ray"), out["paths"]
