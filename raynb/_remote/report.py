@@ -14,6 +14,7 @@ imports nothing heavier than Ray.
 from __future__ import annotations
 
 import collections
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -175,12 +176,9 @@ class Reporter:
 
     def _loop(self) -> None:
         if self._find_channel is not None:
-            try:
-                path = self._find_channel()
-                if path:
+            with contextlib.suppress(OSError):  # the socket cannot be reached: Ray's calls, then
+                if path := self._find_channel():
                     self._channel, self.over = ChannelClient(path), "node socket"
-            except OSError:  # Ray's calls, then
-                self._channel = None
         while not self._stop.wait(self.flush_interval):
             try:
                 if self.gpu is not None and self.gpu.due(time.monotonic()) and (s := self.gpu.sample()):
