@@ -119,7 +119,10 @@ class RunChannel:
             except ray.exceptions.RayActorError as e:
                 lost: BaseException = e  # retired, or lost with its node: the registry knows which
         else:
-            lost = RuntimeError(f"run {self.name!r} has no sink and no history on the cluster")
+            lost = RuntimeError(
+                f"Run {self.name!r}'s history is no longer on the cluster (its sink has exited and the registry "
+                "holds no copy: the run was removed meanwhile). `%raytrain ls` lists the runs the cluster still has."
+            )
         found = None if self.registry is None else ray.get(self.registry.history.remote(self.name, method, args))
         if found is None:
             raise lost
