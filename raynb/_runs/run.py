@@ -31,7 +31,7 @@ from .early_failure import FAILED_EARLY, WIND_DOWN_S, EarlyFailure
 from .journal import remember
 from .metrics_table import metrics_table
 from .run_error import RunError, assemble_error, nccl_hint, raise_unless_succeeded
-from .stream import MetricStream
+from .stream import UNDRAWN_GAP_S, MetricStream
 
 __all__ = ["Run", "RunSpec", "RunStatus", "active_run", "set_active", "TERMINAL"]
 
@@ -239,7 +239,7 @@ class Run:
             | {k: getattr(self.settings, k) for k in ("fast_train_report", "gpu_sampling")},
         }
         self._channel.launch(payload, self.spec.config, spec)
-        self.stream = MetricStream(self._channel, min_gap=self.settings.poll_gap_s).start()
+        self.stream = MetricStream(self._channel, min_gap=self.settings.poll_gap_s, undrawn_gap=UNDRAWN_GAP_S).start()
         threading.Thread(target=self._watch_fit, name="raynb-fit-watch", daemon=True).start()
         if side().via != "client":  # Ray Client streams what workers print; through Ray Jobs raynb does
             echo = threading.Thread(target=echo_logs, args=(self._channel, self._done.is_set), name="raynb-echo")
@@ -252,7 +252,7 @@ class Run:
         run = cls(RunSpec(**info["spec"]), settings)
         run.started_at, run.status = info["started"], "running"
         run._channel, run._keep_records = channel, False
-        run.stream = MetricStream(channel, min_gap=settings.poll_gap_s).start()
+        run.stream = MetricStream(channel, min_gap=settings.poll_gap_s, undrawn_gap=UNDRAWN_GAP_S).start()
         threading.Thread(target=run._watch_fit, name="raynb-fit-watch", daemon=True).start()
         return run
 

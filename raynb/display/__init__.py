@@ -78,12 +78,19 @@ class LiveView:
         self._last_key: tuple[Any, ...] = ()
         self._last_text_len = 0
         self.redraws = 0
+        #: the shortest gap between two redraws: the run's pictures need come no faster while this view draws
+        self.gap = 1.0 / hz if self.mode == "html" else 1.0
+        self._following: Any = None  # the run's stream while this view has it poll at its pace
 
     def _key(self) -> tuple[Any, ...]:
         r = self.run
         return (r.status, r.phase, aggregate_of(r).records, len(r.events), int(r.elapsed))
 
     def start(self) -> LiveView:
+        stream = getattr(self.run, "stream", None)
+        if stream is not None and hasattr(stream, "drawn"):
+            self._following = stream
+            stream.drawn(self.gap)
         if self.mode == "html":
             from IPython.display import display
 
@@ -93,8 +100,7 @@ class LiveView:
 
     def refresh(self, force: bool = False) -> None:
         now = time.monotonic()
-        min_gap = 1.0 / self.hz if self.mode == "html" else 1.0
-        if not force and now - self._last_draw < min_gap:
+        if not force and now - self._last_draw < self.gap:
             return
         key = self._key()
         if not force and key == self._last_key:
@@ -117,6 +123,9 @@ class LiveView:
     def finish(self, *, show_error: bool = True) -> None:
         """The last picture: final curves and status stay in the cell (and in the saved notebook). ``show_error``:
         False when the cell raises the run's error right below (say it once)."""
+        if self._following is not None:
+            self._following.drawn(self.gap, on=False)
+            self._following = None
         if not show_error and self.mode == "html" and self._handle is not None:
             self._handle.update(_Bundle(self.run, show_error=False))
             return

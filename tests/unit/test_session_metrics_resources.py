@@ -20,7 +20,10 @@ from raynb._cluster import session
 from raynb._remote.report import Reporter
 from raynb._remote.sink import MetricsSink
 from raynb._runs.resources import check_resources, gpu_worker_cpus
+from raynb._runs.stream import MetricStream
+from raynb.display import LiveView
 from raynb.errors import ConnectError, InsufficientResourcesError
+from tests.unit.fake_run import fake_run
 
 
 @pytest.fixture
@@ -313,3 +316,46 @@ def test_sink_gives_each_record_its_own_ranks_attempt(monkeypatch) -> None:
     assert (restart["attempt"], restart["lost"]) == (2, [0, 1]) and sink.summary()["attempt"] == 2
     _, lines, _ = sink.read_logs()
     assert [x["attempt"] for x in lines] == [2]
+
+
+def test_the_kernel_polls_a_run_at_the_pace_of_the_views_that_draw_it() -> None:
+    """Nobody draws a run (``display=False``, a warm group between cells): its picture comes once per undrawn gap;
+    a view drawing it brings the pace to the view's redraws at once, and the slow pace back when it finishes."""
+    sink = MetricsSink()
+    polls: list[float] = []
+
+    class Channel:  # what MetricStream asks of a RunChannel, answered by the real sink in this process
+        def picture(self, version: int, events_seen: int, timeout: float) -> tuple:
+            polls.append(time.monotonic())
+            return sink.picture(version, events_seen, timeout)
+
+    stop = threading.Event()
+
+    def train() -> None:  # a worker's pushes: something new for every poll
+        step = 0
+        while not stop.is_set():
+            step += 1
+            sink.push([{"rank": 0, "step": step, "loss": 1.0, "samples": 8, "time": time.time()}])
+            time.sleep(0.01)
+
+    threading.Thread(target=train, daemon=True).start()
+    stream = MetricStream(Channel(), min_gap=0.05, undrawn_gap=0.4).start()  # type: ignore[arg-type]
+    view = LiveView(fake_run([], stream=stream), mode="html", hz=20)  # a notebook's view, 20 redraws a second
+    try:
+        time.sleep(0.9)
+        undrawn = len(polls)
+        started = time.monotonic()
+        view.start()
+        time.sleep(0.6)
+        drawn = [t for t in polls if t >= started]
+        view.finish()
+        after = len(polls)
+        time.sleep(0.9)
+        slow_again = len(polls) - after
+    finally:
+        stop.set()
+        stream.stop(final_drain=False)
+    assert undrawn <= 4  # ~0.9 s / 0.4 s, not 0.9 s / 0.05 s
+    assert drawn and drawn[0] - started < 0.3  # the view's start wakes the stream at once ...
+    assert len(drawn) >= 3 * max(undrawn, 1)  # ... and the pictures come at its pace
+    assert slow_again <= 4 and stream.gap == 0.4
