@@ -67,8 +67,8 @@ class Agent:
             "entry": lambda name, timeout_s=None: self._channel(name).entry(timeout_s),
             "stop": lambda name, step=None: self._channel(name).stop(step),
             "failed": lambda name, outcome: self._channel(name).failed(outcome),
-            "picture": lambda name, version, events_seen, timeout_s: self._channel(name).picture(
-                version, events_seen, timeout_s
+            "picture": lambda name, version, events_seen, timeout_s, since=None: self._channel(name).picture(
+                version, events_seen, timeout_s, since
             ),
             "records": lambda name, cursor, chunk: self._channel(name).records(cursor, chunk),
             "watch": lambda name, total, factor, min_s: self._channel(name).watch(total, factor, min_s),

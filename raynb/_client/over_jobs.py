@@ -216,9 +216,18 @@ class JobsRunChannel:
     def failed(self, outcome: dict[str, Any]) -> None:
         self.side.call("failed", name=self.name, outcome=outcome)
 
-    def picture(self, version: int, events_seen: int, timeout: float) -> tuple[int, bytes | None, list, dict]:
+    def picture(
+        self, version: int, events_seen: int, timeout: float, since: dict[int, tuple[int, int]] | None = None
+    ) -> tuple[int, bytes | None, list, dict]:
+        shape = {} if since is None else {"since": since}
         v, pic, events, summary = self.side.call(
-            "picture", timeout=timeout + 30, name=self.name, version=version, events_seen=events_seen, timeout_s=timeout
+            "picture",
+            timeout=timeout + 30,
+            name=self.name,
+            version=version,
+            events_seen=events_seen,
+            timeout_s=timeout,
+            **shape,
         )
         return int(v), pic, list(events), dict(summary)
 

@@ -130,10 +130,13 @@ class RunChannel:
         return found
 
     @handles.calls_ray
-    def picture(self, version: int, events_seen: int, timeout: float) -> tuple[int, bytes | None, list, dict]:
-        """(version, the pickled picture if newer than ``version``, events after ``events_seen``, summary); waits up
-        to ``timeout`` for something new."""
-        version, pic, events, summary = self._read("picture", version, events_seen, timeout)
+    def picture(
+        self, version: int, events_seen: int, timeout: float, since: dict[int, tuple[int, int]] | None = None
+    ) -> tuple[int, bytes | None, list, dict]:
+        """(version, the pickled picture if newer than ``version`` -- as what changed since the reader's copy of
+        shape ``since`` --, events after ``events_seen``, summary); waits up to ``timeout`` for something new."""
+        args = (version, events_seen, timeout) if since is None else (version, events_seen, timeout, since)
+        version, pic, events, summary = self._read("picture", *args)
         return version, pic, events, summary
 
     @handles.calls_ray

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from .._shared.picture import Aggregate
+from .._shared.picture import Aggregate, dumps
 from .._shared.progress import progress, stall
 from .detached import SpareClock, yield_cpu_to_training
 from .node_channel import ChannelServer
@@ -232,16 +232,19 @@ class MetricsSink:
 
     @_frequent
     def picture(
-        self, version: int, event_cursor: int, timeout: float = 0.5
+        self, version: int, event_cursor: int, timeout: float = 0.5, since: dict[int, tuple[int, int]] | None = None
     ) -> tuple[int, bytes | None, list[dict], dict[str, Any]]:
         """The run's picture if it changed since ``version`` (pickled here, between pushes, so it is consistent),
-        the events after ``event_cursor`` and the summary; waits up to ``timeout`` for a change."""
+        the events after ``event_cursor`` and the summary; waits up to ``timeout`` for a change. ``since``: the
+        shape of the reader's copy (``Aggregate.shape``): its series come as what they added since."""
         with self._changed:
             self._changed.wait_for(lambda: version < self._version or event_cursor < len(self._events), timeout)
             pic = None
-            if version < self._version:
+            if version < self._version and since:
+                pic = dumps(self._picture, since)
+            elif version < self._version:
                 if self._pickled is None or self._pickled[0] != self._version:
-                    self._pickled = (self._version, pickle.dumps(self._picture, protocol=pickle.HIGHEST_PROTOCOL))
+                    self._pickled = (self._version, dumps(self._picture))
                 pic = self._pickled[1]
             return self._version, pic, self._events[event_cursor:], self._summary()
 

@@ -35,6 +35,8 @@ class MetricStream:
         self.summary: dict[str, Any] = {}
         #: (arrival time here, newest record's report time) for each new picture: how far behind the view is
         self.arrivals: list[tuple[float, float]] = []
+        #: pictures that came whole, and as what their series added to this stream's copy (``picture.dumps``)
+        self.pictures = {"whole": 0, "changes": 0}
         self.poll_timeout = poll_timeout
         # Each poll is a Ray Client round trip through the head carrying the whole picture (~170 KB for 2 ranks):
         # at most one per `min_gap` (the live view's redraw period: a faster poll draws nothing more) keeps the
@@ -44,6 +46,7 @@ class MetricStream:
         self._views: list[float] = []  # the gap each view drawing the run now asks for
         self._nudge = threading.Event()  # a view started: poll now, not after the undrawn gap
         self._version = 0
+        self._deltas = True  # ask for what changed since this copy of the picture (``picture.dumps``)
         self._records: list[dict[str, Any]] = []
         self._records_lock = threading.Lock()
         self._records_final = False
@@ -81,15 +84,22 @@ class MetricStream:
             self._records_final = final
 
     def poll_once(self, timeout: float | None = None) -> bool:
-        version, pic, evs, summary = self.channel.picture(
-            self._version, len(self.events), self.poll_timeout if timeout is None else timeout
-        )
+        held, wait = self.picture, self.poll_timeout if timeout is None else timeout
+        since = held.shape() if held is not None and self._deltas else None
+        try:
+            version, pic, evs, summary = self.channel.picture(self._version, len(self.events), wait, since)
+        except TypeError:  # a sink of an earlier raynb (a head kept across an upgrade) takes no shape: whole ones
+            if since is None:
+                raise
+            self._deltas = False
+            version, pic, evs, summary = self.channel.picture(self._version, len(self.events), wait)
         self.summary = summary
         if pic is None and not evs:
             return False
         self._version = version
         if pic is not None:
-            self.picture = load_picture(pic)
+            self.picture = load_picture(pic, held)
+            self.pictures["changes" if since else "whole"] += 1
             if summary.get("last_report"):
                 self.arrivals.append((time.time(), summary["last_report"]))
         self.events.extend(evs)

@@ -10,15 +10,17 @@ slow rank may lag that far) and then folded into a decimated series. Per-rank li
 
 from __future__ import annotations
 
+import copy
 import io
 import math
 import pickle
+from collections.abc import Callable
 from typing import Any
 
-from .flat_series import Decimated, Points, StepCounts
+from .flat_series import Decimated, Points, StepCounts, Tail
 from .series import _COUNT_KEYS, Series, _num, pick_key, rate_of
 
-__all__ = ["Aggregate", "Decimated", "loads", "log_line"]
+__all__ = ["Aggregate", "Decimated", "dumps", "loads", "log_line"]
 
 RANK_LINES = 8
 OPEN_STEPS = 64
@@ -292,6 +294,22 @@ class Aggregate:
         """Cluster throughput per step, only for steps every reporting rank has reached."""
         return self._total.view(len(self.tput_ranks), mean=False)
 
+    def shape(self) -> dict[int, tuple[int, int]]:
+        """What this copy holds of each series, by the series' uid: what :func:`dumps` leaves out for its holder."""
+        return {s.uid: s.shape() for s in self._series()}
+
+    def _series(self) -> list[Decimated]:
+        return [*self.metric.values(), *self.tput.values(), self._mean.done, self._total.done]
+
+    def _with_series(self, change: Callable[[Any], Any]) -> Aggregate:
+        """A shallow copy with every series replaced by ``change(series)`` (this picture is left as it is)."""
+        out = copy.copy(self)
+        out.metric = {k: change(v) for k, v in self.metric.items()}
+        out.tput = {k: change(v) for k, v in self.tput.items()}
+        out._mean, out._total = copy.copy(self._mean), copy.copy(self._total)
+        out._mean.done, out._total.done = change(self._mean.done), change(self._total.done)
+        return out
+
 
 #: where the picture's classes lived before the house by process (issue 36): a sink started by an earlier raynb (an embedded
 #: head kept across an upgrade, a long-lived KubeRay head) still names them; drop after one release
@@ -303,10 +321,34 @@ class _Unpickler(pickle.Unpickler):
         return super().find_class(_FORMER_HOMES.get(module, module), name)
 
 
-def loads(data: bytes) -> Aggregate:
-    """A picture as its sink pickled it, by this raynb or by one from before the move."""
+def dumps(picture: Aggregate, since: dict[Any, Any] | None = None) -> bytes:
+    """The picture pickled; where the reader holds a copy (``since``: its :meth:`Aggregate.shape`, also as JSON
+    brought it, the Ray Jobs path's agent: keys as strings), each series that only grew since goes as what it added
+    (:class:`Tail`). A picture of two ranks at a 2-ranks' run's steady state: 143 KB whole, 83 KB so (under the
+    100 KB past which Ray hands a call's answer through the object store: ~1.5 ms more CPU a call on 2 cores);
+    every series a rank adds is ~16 KB more whole."""
+    if since:
+        held = {int(uid): shape for uid, shape in since.items()}
+        picture = picture._with_series(lambda s: (s.since(held[s.uid]) if s.uid in held else None) or s)
+    return pickle.dumps(picture, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def loads(data: bytes, held: Aggregate | None = None) -> Aggregate:
+    """A picture as :func:`dumps` pickled it (``held``: the reader's copy its series' tails go onto), by this raynb
+    or by one from before the move."""
     picture: Aggregate = _Unpickler(io.BytesIO(data)).load()
-    return picture
+    if not any(isinstance(s, Tail) for s in picture._series()):
+        return picture
+    mine = {s.uid: s for s in held._series()} if held is not None else {}
+
+    def onto(s: Any) -> Any:
+        if not isinstance(s, Tail):
+            return s
+        if s.uid not in mine:
+            raise ValueError("a picture's series came as what it added to a copy this reader does not hold")
+        return s.onto(mine[s.uid])
+
+    return picture._with_series(onto)
 
 
 def log_line(x: dict[str, Any], ranks: bool) -> str:

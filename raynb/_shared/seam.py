@@ -67,8 +67,11 @@ class RunChannel(Protocol):
         """Tell the registry the run has failed (a worker raised with no restart left), before Ray Train says so."""
         ...
 
-    def picture(self, version: int, events_seen: int, timeout: float) -> tuple[int, bytes | None, list, dict]:
-        """(version, the pickled picture if newer than ``version``, events after ``events_seen``, summary)."""
+    def picture(
+        self, version: int, events_seen: int, timeout: float, since: dict[int, tuple[int, int]] | None = None
+    ) -> tuple[int, bytes | None, list, dict]:
+        """(version, the pickled picture if newer than ``version`` -- as what changed since a copy of shape
+        ``since``, where given --, events after ``events_seen``, summary)."""
         ...
 
     def records(self, cursor: int, chunk: int) -> list[dict[str, Any]]: ...

@@ -211,6 +211,8 @@ def test_one_run_carries_globals_modules_env_metrics_and_nccl(
     assert all("torch_preloaded" in e["setup_at"] for e in done), done
     # the sink is on the workers' node: their batches came over its socket, not a Ray call each
     assert {e["metrics_over"] for e in done} == {"node socket"}, done
+    # the kernel's copy of the picture came whole once, then as what its series added (``picture.dumps``)
+    assert run.stream.pictures["whole"] == 1 and run.stream.pictures["changes"] >= 1, run.stream.pictures
     # training: 60 steps of loss and samples per rank, the loss falling
     trained = df.dropna(subset=["samples"])
     assert trained.groupby("rank")["samples"].count().tolist() == [60, 60]

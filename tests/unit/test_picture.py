@@ -5,6 +5,8 @@ from __future__ import annotations
 import pickle
 import random
 
+import pytest
+
 from raynb._shared.picture import COUNT_STEPS, OPEN_STEPS, Aggregate, Decimated
 from raynb.display import render_bundle
 
@@ -169,6 +171,45 @@ def test_a_picture_crosses_the_wire_as_a_few_arrays_and_draws_the_same() -> None
     more = [{**r, "step": r["step"] + 3000, "time": r["time"] + 300.0} for r in _records(ranks=2, steps=50)]
     here.add(more), sink.add(more)
     assert here.counted_rate() == sink.counted_rate() and here.tput_total() == sink.tput_total()
+
+
+def test_a_reader_holding_a_copy_gets_what_the_series_added_and_draws_the_same() -> None:
+    """A kernel following a run asks for the picture with its copy's shape: each series that only grew since comes
+    as what it added, one decimated since (or new: a rank that joined) comes whole; either way the reader draws
+    what the sink holds, for a fraction of the bytes."""
+    from raynb._shared import wire
+    from raynb._shared.picture import dumps, loads
+
+    recs = _records(ranks=2, steps=4000)
+    sink = Aggregate().update(recs[:2000])
+    reader = loads(dumps(sink))
+
+    def same(a: Aggregate, b: Aggregate) -> bool:
+        return (
+            a.metric_series() == b.metric_series()
+            and a.tput_series() == b.tput_series()
+            and a.metric_mean() == b.metric_mean()
+            and a.tput_total() == b.tput_total()
+            and a.counted_rate() == b.counted_rate()
+        )
+
+    sink.update(recs[:2100])  # 50 steps more: every series only grew
+    full, delta = dumps(sink), dumps(sink, reader.shape())
+    assert len(delta) < len(full) - 2 * 16 * 900  # the ranks' 2 x 1000 points stay home (16 bytes each)
+    assert wire.loads(wire.dumps({"since": reader.shape()}))["since"] != reader.shape()  # the Jobs path's JSON ...
+    assert dumps(sink, wire.loads(wire.dumps({"since": reader.shape()}))["since"]) == delta  # ... asks the same
+    reader = loads(delta, reader)
+    assert same(reader, sink) and same(reader, loads(full))
+    shape = reader.shape()
+    sink.update(recs)  # past 1024 points: every series halves (decimated), so none is a tail of the copy
+    sink.add([{"rank": 2, "step": 4001, "time": 400.1, "loss": 1.0, "samples": 32}])  # and a rank that joined
+    assert {s.uid: s.shape()[0] for s in sink._series()}.keys() >= shape.keys()
+    reader = loads(dumps(sink, shape), reader)
+    assert same(reader, sink) and len(reader.metric) == 3
+    # a tail for a copy this reader does not hold is an error, not a wrong picture
+    sink.add([{"rank": 0, "step": 4002, "time": 400.2, "loss": 1.0, "samples": 32}])
+    with pytest.raises(ValueError, match="does not hold"):
+        loads(dumps(sink, reader.shape()), Aggregate())
 
 
 def test_a_picture_in_the_form_an_earlier_sink_pickled_still_loads() -> None:

@@ -325,9 +325,9 @@ def test_the_kernel_polls_a_run_at_the_pace_of_the_views_that_draw_it() -> None:
     polls: list[float] = []
 
     class Channel:  # what MetricStream asks of a RunChannel, answered by the real sink in this process
-        def picture(self, version: int, events_seen: int, timeout: float) -> tuple:
+        def picture(self, version: int, events_seen: int, timeout: float, since: dict | None = None) -> tuple:
             polls.append(time.monotonic())
-            return sink.picture(version, events_seen, timeout)
+            return sink.picture(version, events_seen, timeout, since)
 
     stop = threading.Event()
 
@@ -359,3 +359,6 @@ def test_the_kernel_polls_a_run_at_the_pace_of_the_views_that_draw_it() -> None:
     assert drawn and drawn[0] - started < 0.3  # the view's start wakes the stream at once ...
     assert len(drawn) >= 3 * max(undrawn, 1)  # ... and the pictures come at its pace
     assert slow_again <= 4 and stream.gap == 0.4
+    # the stream's copy, brought up to date by what each poll said changed, is the sink's picture
+    stream.poll_once(timeout=0.0)
+    assert stream.picture is not None and stream.picture.tput_total() == sink._picture.tput_total()
