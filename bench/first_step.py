@@ -118,7 +118,8 @@ def _record_cache_keys() -> list[dict[str, Any]]:
 
     def recording(*args: Any, **kwargs: Any) -> tuple[str, list[str]]:
         key, lines = computed(*args, **kwargs)
-        keys.append({"key": key, "components": [ln[:300] for ln in lines]})
+        # the graph's code is long and says little here; an input's metadata whole (its tail named what differed)
+        keys.append({"key": key, "components": [ln[:300] if "] gm: " in ln else ln[:1500] for ln in lines]})
         return key, lines
 
     codecache.compiled_fx_graph_hash = recording
