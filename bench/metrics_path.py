@@ -37,6 +37,13 @@ from raynb._runs.stream import MetricStream
 FLUSH_S = 0.1
 
 
+def _stream(sink: Any, pictures: str) -> MetricStream:
+    """The notebook's stream of the sink's picture, as a run's; ``whole``: without asking for changes only."""
+    stream = MetricStream(RunChannel("bench", None, None, sink))
+    stream._deltas = pictures == "changes"
+    return stream.start()
+
+
 def _reporter(sink: Any, rank: int, over: str) -> metrics.Reporter:
     """A Reporter as run_on_worker sets one up: ``over`` "node", the sink's socket where the sink is on this node
     (what a real worker does), or "ray", a Ray call each flush (every worker before the node channel, and workers on
@@ -164,10 +171,16 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=10)
     ap.add_argument("--processes", type=int, default=8, help="processes hosting the simulated ranks")
     ap.add_argument("--over", choices=("node", "ray"), default="node", help="the simulated workers' path (_reporter)")
+    ap.add_argument(
+        "--pictures",
+        choices=("changes", "whole"),
+        default="changes",
+        help="the notebook asks for what changed since its copy (raynb's way), or for the whole picture every time",
+    )
     ap.add_argument("--out", help="also write the JSON record to this file (bench/results/...)")
     args = ap.parse_args()
     raynb.up(local=True, progress=lambda m: print(m, file=sys.stderr))
-    out: dict[str, Any] = {"ray": ray.__version__, "over": args.over}
+    out: dict[str, Any] = {"ray": ray.__version__, "over": args.over, "pictures": args.pictures}
 
     # 1. worker-side cost of report(), both inside real Train workers
     cost_us = raynb_report_us()
@@ -187,7 +200,7 @@ def main() -> None:
     # 2. latency worker -> notebook at a steady 20 reports/s (sink up first, as in a run: Train takes longer to start)
     sink = sink_actor()
     ray.get(sink.read.remote(0, 0, 0.0))
-    stream = MetricStream(RunChannel("bench", None, None, sink)).start()
+    stream = _stream(sink, args.pictures)
     n = ray.get(w.steady.remote(sink, 10.0, 20.0, args.over))
     stream.stop()
     lat = [(a - newest) * 1000 for a, newest in stream.arrivals]
@@ -210,7 +223,7 @@ def main() -> None:
 
     sink = sink_actor()
     ray.get(sink.read.remote(0, 0, 0.0))
-    stream = MetricStream(RunChannel("bench", None, None, sink)).start()
+    stream = _stream(sink, args.pictures)
     fake_run = SimpleNamespace(
         name="scale",
         status="running",
