@@ -38,10 +38,10 @@ class MetricStream:
         #: pictures that came whole, and as what their series added to this stream's copy (``picture.dumps``)
         self.pictures = {"whole": 0, "changes": 0}
         self.poll_timeout = poll_timeout
-        # Each poll is a Ray Client round trip through the head carrying the whole picture (~170 KB for 2 ranks):
-        # at most one per `min_gap` (the live view's redraw period: a faster poll draws nothing more) keeps the
-        # notebook's and the head's share of a small machine's CPU low. The newest record in a picture is at most a
-        # flush interval old when it arrives, so latency stays ~ flush interval + the pushes' spacing.
+        # Each poll is a round trip through the head carrying what the picture's series added since this copy (~83 KB
+        # for 2 ranks; whole, ~143 KB): at most one per `gap` (the drawing views' redraw period: a faster poll draws
+        # nothing more) keeps the notebook's and the head's share of a small machine's CPU low. The newest record in
+        # a picture is at most a flush interval old when it arrives, so latency stays ~ flush interval + the gap.
         self.min_gap, self.undrawn_gap = min_gap, undrawn_gap
         self._views: list[float] = []  # the gap each view drawing the run now asks for
         self._nudge = threading.Event()  # a view started: poll now, not after the undrawn gap
