@@ -304,11 +304,15 @@ class Aggregate:
     def _with_series(self, change: Callable[[Any], Any]) -> Aggregate:
         """A shallow copy with every series replaced by ``change(series)`` (this picture is left as it is)."""
         out = copy.copy(self)
-        out.metric = {k: change(v) for k, v in self.metric.items()}
-        out.tput = {k: change(v) for k, v in self.tput.items()}
         out._mean, out._total = copy.copy(self._mean), copy.copy(self._total)
-        out._mean.done, out._total.done = change(self._mean.done), change(self._total.done)
+        out._change_series(change)
         return out
+
+    def _change_series(self, change: Callable[[Any], Any]) -> None:
+        """Replace every series of this picture by ``change(series)``."""
+        self.metric = {k: change(v) for k, v in self.metric.items()}
+        self.tput = {k: change(v) for k, v in self.tput.items()}
+        self._mean.done, self._total.done = change(self._mean.done), change(self._total.done)
 
 
 #: where the picture's classes lived before the house by process (issue 36): a sink started by an earlier raynb (an embedded
@@ -348,7 +352,8 @@ def loads(data: bytes, held: Aggregate | None = None) -> Aggregate:
             raise ValueError("a picture's series came as what it added to a copy this reader does not hold")
         return s.onto(mine[s.uid])
 
-    return picture._with_series(onto)
+    picture._change_series(onto)  # a picture just loaded is this reader's alone: no copy needed
+    return picture
 
 
 def log_line(x: dict[str, Any], ranks: bool) -> str:

@@ -87,10 +87,9 @@ class LiveView:
         return (r.status, r.phase, aggregate_of(r).records, len(r.events), int(r.elapsed))
 
     def start(self) -> LiveView:
-        stream = getattr(self.run, "stream", None)
-        if stream is not None and hasattr(stream, "drawn"):
-            self._following = stream
-            stream.drawn(self.gap)
+        self._following = getattr(self.run, "stream", None)  # None: a run not followed from here (a stand-in)
+        if self._following is not None:
+            self._following.drawn(self.gap)
         if self.mode == "html":
             from IPython.display import display
 
