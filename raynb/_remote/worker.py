@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._shared.cell_code import build, is_packed
-from . import compile_cache, framework_hooks, node_channel
+from . import ahead_imports, compile_cache, framework_hooks, node_channel
 from . import report as metrics
 from .gpu_sampler import GpuSampler
 from .train_processes import follow_thread_share, preloaded_at
@@ -248,6 +248,9 @@ def run_on_worker(payload: bytes, config: dict[str, Any], sink: Any, info: dict[
         with contextlib.suppress(Exception):
             counts = compile_counts()
             kept = compile_cache.keep(storage, counts, loaded) if rank == 0 else {}
+            ahead = ahead_imports.report()  # what the process imported for the function before it asked
+            if ahead.get("done"):
+                setup_at["modules_preloaded"] = ahead["done"]
             done = {
                 "kind": "worker_done",
                 "rank": rank,
@@ -255,6 +258,7 @@ def run_on_worker(payload: bytes, config: dict[str, Any], sink: Any, info: dict[
                 "setup_at": setup_at,
                 "env_as_started_ahead": env_as_started,
                 "metrics_over": rep.over,
+                "ahead_imports": ahead.get("outcome"),
                 **counts,
                 **loaded,
                 **kept,

@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any
 from .._client import side
 from .._current import current, resolve_settings
 from .._settings import Settings, overlay
-from .._shared.worker_env import worker_env
+from .._shared.worker_env import PRELOAD_VAR, worker_env
 from ..errors import UsageError
 from .cell import large_payload_note, largest_globals, modules_beside, pack_portable, serialize
+from .cell_imports import imports_of
 from .resources import place_run
 from .run import Run, RunSpec, set_active
 from .storage import check_reachable_by_every_node, every_nodes_mounts
@@ -84,6 +85,7 @@ def start_run(
         cell_source=cell_source,
         cwd=here,
         worker_env_extra=worker_env_extra,
+        preload=imports_of(fn, here),
     )
     return run, payload
 
@@ -100,6 +102,7 @@ def _start_payload(
     cwd: str,
     worker_env_extra: dict[str, str] | None = None,
     ray_objects: dict[str, Any] | None = None,
+    preload: tuple[str, ...] = (),
 ) -> Run:
     cpus, growing = place_run(settings.workers, settings.gpu, settings.cpus_per_worker)  # before waiting forever
     if growing:
@@ -115,7 +118,7 @@ def _start_payload(
     cl = current()
     expect_efa, gdr_expected = cl.backend.efa_expected() if cl is not None else (False, None)
     leases_dir = cl.backend.run_leases_dir() if cl is not None else None
-    env_vars = worker_env(settings.nccl, name, strict_efa=settings.strict_efa, user_env=user_env)
+    env_vars = worker_env(settings.nccl, name, strict_efa=settings.strict_efa, user_env=user_env, preload=preload)
     shape: dict[str, Any] = {
         "name": name,
         "workers": settings.workers,
@@ -203,6 +206,7 @@ def _rerun(
         cell_source=run.spec.cell_source,
         cwd=run.spec.cwd or os.getcwd(),
         display=display,
+        preload=tuple(filter(None, run.spec.worker_env.get(PRELOAD_VAR, "").split(","))),
         ray_objects={k: v for k, v in ray_objects.items() if k != "run_config"}
         | (
             {"run_config": dataclasses.replace(ray_objects["run_config"], name=None)}
@@ -380,6 +384,7 @@ def train(
         cwd=here,
         display=display,
         ray_objects=ray_objects,
+        preload=imports_of(fn, here),
         raise_on_failure=raise_on_failure,
         wait=wait,
     )

@@ -21,6 +21,7 @@ __all__ = [
     "WORKER_ENV_DEFAULTS",
     "SETUP_HOOK_VAR",
     "PRELOAD_HOOK",
+    "PRELOAD_VAR",
 ]
 
 #: Ray Train prints each worker line twice unless its print patch is off (the cell's prints reach the notebook once).
@@ -30,6 +31,8 @@ _PRINT_ONCE = {"RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}
 #: processes the launcher starts ahead (``_remote/train_processes.py``).
 SETUP_HOOK_VAR = "__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR"
 PRELOAD_HOOK = "raynb._remote.train_processes.preload"
+#: what the run's function imports (``_runs/cell_imports.py``), for the hook to import while the process waits
+PRELOAD_VAR = "RAYNB_PRELOAD"
 #: Environment every raynb worker starts with (user values win). NVLink multicast stays off: on shared multi-GPU
 #: hosts a program using it can take the host's GPUs down.
 WORKER_ENV_DEFAULTS: dict[str, str] = {
@@ -95,8 +98,19 @@ def launcher_env(health_check_interval_s: float) -> dict[str, str]:
 
 
 def worker_env(
-    mode: str, run_name: str, *, strict_efa: bool = False, user_env: Mapping[str, str] | None = None
+    mode: str,
+    run_name: str,
+    *,
+    strict_efa: bool = False,
+    user_env: Mapping[str, str] | None = None,
+    preload: tuple[str, ...] = (),
 ) -> dict[str, str]:
-    """Variables of every Train worker: raynb's defaults, NCCL's, then the user's (which win). NCCL's are the same
-    for CPU runs, where nothing loads NCCL and they stay unread: a run's environment does not depend on its device."""
-    return {**WORKER_ENV_DEFAULTS, **nccl_worker_env(mode, run_name, strict_efa=strict_efa, user_env=user_env)}
+    """Variables of every Train worker: raynb's defaults, what its function imports (``preload``), NCCL's, then the
+    user's (which win). NCCL's are the same for CPU runs, where nothing loads NCCL and they stay unread: a run's
+    environment does not depend on its device."""
+    imports = {PRELOAD_VAR: ",".join(preload)} if preload else {}
+    return {
+        **WORKER_ENV_DEFAULTS,
+        **imports,
+        **nccl_worker_env(mode, run_name, strict_efa=strict_efa, user_env=user_env),
+    }

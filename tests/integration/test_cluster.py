@@ -289,10 +289,11 @@ def test_a_process_started_ahead_serves_the_next_actor_of_its_env_with_torch_imp
     before the actor arrives."""
     import ray
 
-    from raynb._shared.worker_env import PRELOAD_HOOK, SETUP_HOOK_VAR
+    from raynb._shared.worker_env import PRELOAD_HOOK, PRELOAD_VAR, SETUP_HOOK_VAR
 
     mark = f"RAYNB_TEST_AHEAD={os.urandom(4).hex()}"
-    env = {"env_vars": {mark.split("=")[0]: mark.split("=")[1], SETUP_HOOK_VAR: PRELOAD_HOOK}}
+    ahead = {PRELOAD_VAR: "safetensors,plotly.io:to_html"}  # a package imported at once, one after the actor came
+    env = {"env_vars": {mark.split("=")[0]: mark.split("=")[1], SETUP_HOOK_VAR: PRELOAD_HOOK, **ahead}}
 
     @ray.remote(num_cpus=0)
     def ahead_then_actor() -> dict[str, object]:  # on the cluster: the kernel may be a Ray Client
@@ -303,9 +304,18 @@ def test_a_process_started_ahead_serves_the_next_actor_of_its_env_with_torch_imp
             def facts(self) -> dict[str, object]:
                 import sys
 
+                from raynb._remote import ahead_imports
                 from raynb._remote.train_processes import preloaded_at
 
-                return {"pid": os.getpid(), "torch_preloaded": preloaded_at(), "torch_in": "torch" in sys.modules}
+                deadline = time.monotonic() + 60
+                while not ahead_imports.report().get("done") and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                return {
+                    "pid": os.getpid(),
+                    "torch_preloaded": preloaded_at(),
+                    "torch_in": "torch" in sys.modules,
+                    "ahead_imports": ahead_imports.report().get("outcome"),
+                }
 
         def started_ahead() -> list[int]:  # processes in this env, by their environment (set as Ray starts them)
             pids = []
@@ -327,3 +337,5 @@ def test_a_process_started_ahead_serves_the_next_actor_of_its_env_with_torch_imp
     got = ray.get(ahead_then_actor.remote(), timeout=180)
     assert len(got["ahead"]) == 1 and got["pid"] == got["ahead"][0], got  # the process started ahead, not a new one
     assert got["torch_preloaded"] is not None and got["torch_in"], got
+    # the package known to load no device imported as the process started; plotly only once the actor had come
+    assert got["ahead_imports"] == {"safetensors": "early", "plotly.io:to_html": "late"}, got

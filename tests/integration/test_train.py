@@ -53,12 +53,14 @@ ENV_KEYS = (
     "RAY_TRAIN_ENABLE_PRINT_PATCH",
     "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S",
     "FOO",
+    "RAYNB_PRELOAD",
 )
 # one cell, four parts, each read back from its own records: what reached the worker (step 1); globals, --config, a
 # module beside the notebook and plain ray.train.report (`value`, `report_ms`); training (`loss`, `samples`); NCCL's
 # log growing on rank 0 (events)
 KITCHEN_CELL = (
     "import os, time, raynb, ray.train\n"  # a cell is a function: a name it imports anywhere is its own throughout
+    "import safetensors\n"  # imported by the worker's process before the function asks (raynb's setup hook)
     "raynb.report(step=1, **{k: os.environ.get(k, '<unset>') for k in KEYS})\n"
     "for i in range(config['n']):\n"
     "    t0 = time.perf_counter()\n"
@@ -209,6 +211,9 @@ def test_one_run_carries_globals_modules_env_metrics_and_nccl(
     done = [e for e in run.events if e["kind"] == "worker_done"]
     assert sorted(e["rank"] for e in done) == [0, 1] and all(e["env_as_started_ahead"] is True for e in done), done
     assert all("torch_preloaded" in e["setup_at"] for e in done), done
+    # ... and then what the cell imports, read from its code (not the standard library, raynb, Ray, torch, or
+    # nb_helpers beside the notebook), before the function asked for it
+    assert all(e["ahead_imports"] == {"safetensors": "early"} for e in done), done
     # the sink is on the workers' node: their batches came over its socket, not a Ray call each
     assert {e["metrics_over"] for e in done} == {"node socket"}, done
     # the kernel's copy of the picture came whole once, then as what its series added (``picture.dumps``)
@@ -237,6 +242,7 @@ def test_one_run_carries_globals_modules_env_metrics_and_nccl(
         assert env["NCCL_NET"] == "<unset>"
         # set in the launcher, not in a runtime env of its own; Ray Train hands it on (0.25 s: tests/conftest.py)
         assert env["RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"] == "0.25"
+        assert env["RAYNB_PRELOAD"] == "safetensors"
     # the run's launcher and sink have no runtime env of their own (this kernel's job has none on the embedded head),
     # so Ray's pre-started worker processes can serve them. Only the run's own: the Jobs path's agent, a Ray Job with
     # variables of its own, makes launchers on the same head in the same session
