@@ -2,6 +2,7 @@
 of the same function on the same embedded head, in one invocation (issue 39); prints JSON.
 
   python bench/first_step.py [--layers 8] [--batch 8] [--seq 2048] [--out bench/results/NAME.json] [--cache-keys]
+                             [--ab-ahead-imports]
 
 The model: Qwen2.5-1.5B's architecture (random weights, ``--layers`` of its 28), bf16, ``torch.compile``, AdamW,
 batch x seq tokens a step. Each variant is timed from its call -- the bare process's start, ``raynb.train``'s call --
@@ -220,12 +221,14 @@ print("CALLED " + json.dumps(t_call), flush=True)
     }
 
 
-def with_raynb(config: dict[str, Any], name: str, timeline: ProcessTimeline) -> dict[str, Any]:
+def with_raynb(
+    config: dict[str, Any], name: str, timeline: ProcessTimeline, env: dict[str, str] | None = None
+) -> dict[str, Any]:
     import raynb
 
     t_call = time.time()
     gpu = not config.get("dry_run")
-    run = raynb.train(raynb_fn, workers=1, gpu=gpu, config=config, display=False, name=name)
+    run = raynb.train(raynb_fn, workers=1, gpu=gpu, config=config, display=False, name=name, env=env)
     assert run.status == "succeeded", run.error
     (rec,) = [r for r in run.records if r.get("step") == 1 and r.get("kind") is None]
     got = {k: rec[k] for k in rec if k not in ("rank", "step", "time", "attempt")}
@@ -244,6 +247,8 @@ def with_raynb(config: dict[str, Any], name: str, timeline: ProcessTimeline) -> 
         # entered, its imports done (fn_started)
         "way_to_fn_s": {k: round(v - t_call, 2) for k, v in marks.items() if isinstance(v, (int, float))},
         "cpus_per_worker": run.spec.cpus_per_worker,
+        # what the worker's process imported for the function before it asked (_remote/ahead_imports.py)
+        "ahead_imports": done.get("ahead_imports"),
         "events": events,
         # Ray's worker processes started during the run: when each started and took each title (seconds after the
         # call) -- the controller, its helpers, the Train workers: which waited on which
@@ -264,6 +269,12 @@ def main() -> None:
         action="store_true",
         help="record each compile's FX-graph cache key and its inputs, and where raynb's second run's and plain "
         "fit()'s differ (a diagnosis: the wrapping costs a moment, so its timings are not a record's)",
+    )
+    ap.add_argument(
+        "--ab-ahead-imports",
+        action="store_true",
+        help="a third cold raynb run right after the second, its workers importing nothing ahead (RAYNB_PRELOAD "
+        "emptied): what importing the function's modules while the worker waits saves, in one invocation",
     )
     args = ap.parse_args()
     config: dict[str, Any] = {"layers": args.layers, "batch": args.batch, "seq": args.seq}
@@ -289,6 +300,12 @@ def main() -> None:
     out["raynb_first"] = with_raynb(variant("raynb_first"), "first-step-1", timeline)
     out["up_processes"] = [p for p in timeline.since(t0) if p["started_s"] < out["up_s"]]
     out["raynb_second"] = with_raynb(variant("raynb_second"), "first-step-2", timeline)
+    if args.ab_ahead_imports:  # the same warm compile cache as the second; later, so no colder a disk either
+        out["raynb_third_no_ahead_imports"] = with_raynb(
+            variant("raynb_third"), "first-step-3", timeline, env={"RAYNB_PRELOAD": ""}
+        )
+        third = out["raynb_third_no_ahead_imports"]
+        out["ahead_imports_saved_s"] = {k: third[k] - out["raynb_second"][k] for k in ("to_fn_s", "to_first_step_s")}
     if not args.no_plain:  # after raynb's runs: it finds the node's compile cache warm, as raynb's second run does
         out["plain_fit_warm_cache"] = plain_fit(
             variant("plain_fit_warm_cache"), out["raynb_first"]["cpus_per_worker"], timeline

@@ -63,6 +63,8 @@ def _walk(code: types.CodeType, globs: dict[str, Any], home: str | None, depth: 
             if level or not isinstance(op.argval, str):
                 continue  # relative: a module of the function's own package
             yield op.argval
+            if not isinstance(ops[i - 1].argval, tuple):  # no names to take: `import a.b as c` walks a's attributes
+                continue
             for nxt in ops[i + 1 :]:  # `from pkg import a, b`: IMPORT_FROM a, STORE a, IMPORT_FROM b, ...
                 if nxt.opname not in _STORES:
                     break

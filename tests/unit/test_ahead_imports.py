@@ -24,6 +24,7 @@ import os, json, torch, raynb, ray.train
 import numpy as np
 from transformers import Qwen2Config, Qwen2ForCausalLM
 import nb_local
+import safetensors.numpy as stn
 from nb_pkg.sub import thing
 build_model()
 df = pd.DataFrame()
@@ -50,6 +51,7 @@ def test_a_cells_imports_are_read_from_its_code_with_those_of_the_notebook_and_i
         "transformers",
         "transformers:Qwen2Config",
         "transformers:Qwen2ForCausalLM",
+        "safetensors.numpy",
         "peft",
         "peft:LoraConfig",
         "yaml",
