@@ -176,10 +176,11 @@ def test_token_auth_head_is_detected_instead_of_hanging(cluster: raynb.Cluster, 
 
 
 LIMITED_SCRIPT = textwrap.dedent("""
-    import json, ray, raynb
+    import json, sys, ray, raynb
     said = []
     c = raynb.up(local=True, progress=said.append)
-    out = {"cpus": ray.cluster_resources()["CPU"], "status": c.status().cpus, "said": said}
+    out = {"cpus": ray.cluster_resources()["CPU"], "status": c.status().cpus, "said": said,
+           "ray_train_imported": "ray.train" in sys.modules}
     c.down()
     print("RESULT " + json.dumps(out))
 """)
@@ -215,6 +216,8 @@ def test_a_head_in_a_container_limited_to_one_cpu_offers_one(tmp_path: Path) -> 
     assert (os.cpu_count() or 1) > 1, "the machine must have more CPUs than the limit for this to tell"
     assert out["cpus"] == 1.0 and out["status"] == 1.0, out
     assert any("Ray finds here" in m for m in out["said"]) and any("(1 CPUs, 0 GPUs)" in m for m in out["said"]), out
+    # and, this being a fresh kernel's `up`: it imported Ray Train while it waited, not the first run (kernel_imports)
+    assert out["ray_train_imported"] is True, out
 
 
 def test_a_cluster_reached_by_address_is_used_and_left_running(cluster: raynb.Cluster) -> None:
