@@ -365,11 +365,13 @@ def modules_beside(root: Path, modules: Iterable[types.ModuleType] | None = None
     installed = _stdlib_and_site_roots()
     owners: Mapping[str, list[str]] | None = None
     found: dict[str, types.ModuleType] = {}
+    seen: set[str] = set()  # each top-level package once (a kernel holds ~10x as many submodules)
     for mod in list(modules if modules is not None else sys.modules.values()):
         name = getattr(mod, "__name__", "")
         top = name.split(".")[0]
-        if not name or top in found or name == "__main__" or top == "raynb":
+        if not name or top in seen or name == "__main__" or top == "raynb":
             continue
+        seen.add(top)
         top_mod = sys.modules.get(top, mod)
         path = getattr(top_mod, "__file__", None)
         if not path or not os.path.isabs(path) or not os.path.isfile(path):
