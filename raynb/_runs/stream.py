@@ -38,8 +38,8 @@ class MetricStream:
         #: pictures that came whole, and as what their series added to this stream's copy (``picture.dumps``)
         self.pictures = {"whole": 0, "changes": 0}
         self.poll_timeout = poll_timeout
-        # Each poll is a round trip through the head carrying what the picture's series added since this copy (~83 KB
-        # for 2 ranks; whole, ~143 KB): at most one per `gap` (the drawing views' redraw period: a faster poll draws
+        # Each poll is a round trip through the head carrying what the picture's series added since this copy (~8 KB
+        # for 2 ranks a quarter-second apart; whole, ~156 KB): at most one per `gap` (the drawing views' redraw period: a faster poll draws
         # nothing more) keeps the notebook's and the head's share of a small machine's CPU low. The newest record in
         # a picture is at most a flush interval old when it arrives, so latency stays ~ flush interval + the gap.
         self.min_gap, self.undrawn_gap = min_gap, undrawn_gap

@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from raynb._shared.flat_series import CountsTail, StepCounts
 from raynb._shared.picture import COUNT_STEPS, OPEN_STEPS, Aggregate, Decimated
 from raynb.display import render_bundle
 
@@ -196,6 +197,8 @@ def test_a_reader_holding_a_copy_gets_what_the_series_added_and_draws_the_same()
     sink.update(recs[:2100])  # 50 steps more: every series only grew
     full, delta = dumps(sink), dumps(sink, reader.shape())
     assert len(delta) < len(full) - 2 * 16 * 900  # the ranks' 2 x 1000 points stay home (16 bytes each)
+    counts = pickle.loads(delta)._counts  # ... and the per-step counts of 1,000 steps: the 50 that changed
+    assert isinstance(counts, CountsTail) and len(counts.rows) == 50 and len(pickle.dumps(counts)) < 4000
     assert wire.loads(wire.dumps({"since": reader.shape()}))["since"] != reader.shape()  # the Jobs path's JSON ...
     assert dumps(sink, wire.loads(wire.dumps({"since": reader.shape()}))["since"]) == delta  # ... asks the same
     reader = loads(delta, reader)
@@ -230,3 +233,31 @@ def test_a_picture_in_the_form_an_earlier_sink_pickled_still_loads() -> None:
     loaded.__setstate__(state)
     assert loaded.metric_series() == agg.metric_series()
     assert loaded.counted_rate() == agg.counted_rate() == 2 * 32 / 0.1
+
+
+def test_the_per_step_counts_go_as_the_steps_that_changed_and_come_out_as_the_senders() -> None:
+    """The reader's copy of the per-step counts, brought up to date by the steps that changed since: new steps,
+    old ones a lagging rank reported, and the oldest dropped as the sender dropped them. The copy itself is left as
+    it was (the view may be drawing it)."""
+    sink = StepCounts(keep=64)
+    for step in range(1, 101):  # rank 0 alone
+        sink.add(step, 32, step * 0.1, (1, 0))
+    copy = pickle.loads(pickle.dumps(sink))  # the reader's: columns, as unpickled
+    before = copy.as_dict()
+    for step in range(80, 100):  # rank 1, behind: steps the copy holds change
+        sink.add(step, 32, step * 0.1 + 0.05, (1, 0))
+    for step in range(101, 131):  # rank 0 goes on: past 2 x 64 steps, the sender keeps its newest 64 then
+        sink.add(step, 32, step * 0.1, (1, 0))
+    tail = sink.since(copy.shape())
+    assert isinstance(tail, CountsTail) and len(tail.rows) == 50 and tail.first == 66
+    got = tail.onto(copy)
+    assert got.as_dict() == sink.as_dict() and list(got.as_dict()) == list(range(66, 131))
+    assert got.complete(2, (1, 0)) == sink.complete(2, (1, 0)) and len(got.complete(2, (1, 0))) == 20
+    assert copy.as_dict() == before and got.uid == copy.uid == sink.uid
+    assert sink.since((sink.shape()[0] + 1, 0)) is None  # not an earlier state of this one: sent whole
+    again = pickle.loads(pickle.dumps(got))  # a copy made from a tail goes on taking tails
+    sink.add(131, 32, 13.1, (1, 0))
+    assert sink.since(again.shape()).onto(again).as_dict() == sink.as_dict()  # type: ignore[union-attr]
+    old = StepCounts.__new__(StepCounts)  # as a sink of an earlier raynb pickled them: no uid, no changes column
+    old.__setstate__((64, pickle.loads(pickle.dumps(sink)).__getstate__()[1][:6]))
+    assert old.complete(2, (1, 0)) == sink.complete(2, (1, 0)) and old.since((0, 0)) is not None
