@@ -20,10 +20,8 @@ from __future__ import annotations
 import collections
 import contextlib
 import itertools
-import json
 import os
 import pickle
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -31,6 +29,7 @@ from typing import Any, TypeVar
 
 from .._shared.picture import Aggregate, dumps
 from .._shared.progress import progress, stall
+from . import spill
 from .detached import SpareClock, yield_cpu_to_training
 from .node_channel import ChannelServer
 
@@ -53,7 +52,6 @@ class MetricsSink:
     any kernel that attaches later. The newest ``mem_records`` records stay in memory; older ones are spilled to a
     JSON-lines file beside the actor, so a day-long run neither grows the actor without bound nor loses a record."""
 
-    SPILL_INDEX_EVERY = 1024
     #: lines the workers printed, kept for ``%raytrain logs`` (the newest, all ranks together)
     LOG_LINES = 100_000
 
@@ -65,7 +63,7 @@ class MetricsSink:
         self._changed = threading.Condition()
         self._mem = max(mem_records, 2)
         self._spill: str | None = None
-        self._offsets: list[int] = []  # byte offset of record k * SPILL_INDEX_EVERY in the spill file
+        self._offsets: list[int] = []  # byte offset of record k * spill.EVERY in the spill file
         self._step = 0
         self._attempt = 0  # Ray Train starts the worker group again after a failure (max_failures): one more
         self._rank_attempt: dict[int, int] = {}  # each rank's newest worker's attempt: what its records belong to
@@ -78,6 +76,7 @@ class MetricsSink:
         self._pickled: tuple[int, bytes] | None = None  # (version, picture): every kernel following gets the same
         self._clock = SpareClock(ttl_s) if ttl_s is not None else None
         self._server: ChannelServer | None = None  # the workers of this node hand batches over it (node_channel.py)
+        self._spilling = False  # the oldest records are being written aside (:meth:`_spill_aside`)
         yield_cpu_to_training()
 
     def claim(self) -> bool:
@@ -101,8 +100,11 @@ class MetricsSink:
             self._last_report = records[-1].get("time")
             self._picture.add(records)
             self._version += 1
-        if len(self._records) > self._mem:
-            self._spill_oldest(len(self._records) - self._mem // 2)
+        if len(self._records) > self._mem and not self._spilling:
+            n = len(self._records) - self._mem // 2
+            self._spilling = True
+            args = (self._spill_path(), self._records[:n], self._base)  # they stay in memory, readable, till written
+            threading.Thread(target=self._spill_aside, args=args, name="raynb-sink-spill", daemon=True).start()
 
     def event(self, event: dict[str, Any]) -> None:
         with self._changed:
@@ -259,7 +261,8 @@ class MetricsSink:
             )
             recs: list[dict[str, Any]] = []
             if cursor < self._base:
-                recs = self._read_spilled(cursor, min(limit, self._base - cursor))
+                assert self._spill is not None
+                recs = spill.read(self._spill, self._offsets, cursor, min(limit, self._base - cursor))
             if len(recs) < limit and cursor + len(recs) >= self._base:
                 start = cursor + len(recs) - self._base
                 recs += self._records[start : start + limit - len(recs)]
@@ -274,13 +277,13 @@ class MetricsSink:
         which then answers for the run (``registry.history``) and ends this actor: an idle actor process costs its
         node ~0.01 cores, and a kernel of many cells would leave one per run."""
         with self._changed:
-            if self._records:
-                self._spill_oldest(len(self._records))
+            if self._records or self._spilling:
+                self._spill_rest()
             if self._server is not None:
                 self._server.close()
                 self._server = None
             state = {k: v for k, v in vars(self).items() if k not in self._NOT_KEPT}
-            path = os.path.join(_runs_dir(), f"history-{os.getpid()}-{id(self):x}.pickle")
+            path = os.path.join(spill.runs_dir(), f"history-{os.getpid()}-{id(self):x}.pickle")
             with open(path, "wb") as f:
                 pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
             return path
@@ -293,6 +296,7 @@ class MetricsSink:
         sink = cls.__new__(cls)
         vars(sink).update(state)
         sink._changed, sink._clock, sink._server, sink._pickled = threading.Condition(), None, None, None
+        sink._spilling = False
         return sink
 
     def discard(self) -> None:
@@ -303,38 +307,34 @@ class MetricsSink:
             with contextlib.suppress(OSError):
                 os.unlink(self._spill)
 
-    def _spill_oldest(self, n: int) -> None:
+    def _spill_aside(self, path: str, records: list[dict[str, Any]], base: int) -> None:
+        """The oldest records to the spill file without the lock, then out of memory under it. Written under the
+        lock, 100,000 records held every push and every kernel's poll for 0.45 s on the 2-core host (the lag's
+        spike near the end of bench/metrics_path.py's 512 ranks); readers meanwhile read them from memory."""
+        offsets: list[int] | None = None
+        try:
+            offsets = spill.append(path, records, base)
+        except OSError as e:  # a full disk: they stay in memory, and the next push tries again
+            print(f"[raynb] the run's oldest records stay in memory: writing them aside failed: {e}", flush=True)
+        with self._changed:
+            if offsets is not None:
+                self._offsets.extend(offsets)
+                del self._records[: len(records)]
+                self._base += len(records)
+            self._spilling = False
+            self._changed.notify_all()
+
+    def _spill_path(self) -> str:
         if self._spill is None:
-            self._spill = os.path.join(_runs_dir(), f"records-{os.getpid()}-{id(self):x}.jsonl")
-        with open(self._spill, "ab") as f:
-            for i, rec in enumerate(self._records[:n]):
-                if (self._base + i) % self.SPILL_INDEX_EVERY == 0:
-                    self._offsets.append(f.tell())
-                f.write(json.dumps(rec, default=repr).encode() + b"\n")
-        del self._records[:n]
-        self._base += n
+            self._spill = os.path.join(spill.runs_dir(), f"records-{os.getpid()}-{id(self):x}.jsonl")
+        return self._spill
 
-    def _read_spilled(self, cursor: int, n: int) -> list[dict[str, Any]]:
-        assert self._spill is not None
-        k = cursor // self.SPILL_INDEX_EVERY
-        out: list[dict[str, Any]] = []
-        with open(self._spill, "rb") as f:
-            f.seek(self._offsets[k])
-            skip = cursor - k * self.SPILL_INDEX_EVERY
-            for line in f:
-                if skip:
-                    skip -= 1
-                    continue
-                out.append(json.loads(line))
-                if len(out) >= n:
-                    break
-        return out
-
-
-def _runs_dir() -> str:
-    d = os.path.join(tempfile.gettempdir(), "raynb-runs")
-    os.makedirs(d, exist_ok=True)
-    return d
+    def _spill_rest(self) -> None:
+        """Every record still in memory to the spill file, here and now (the lock held)."""
+        self._changed.wait_for(lambda: not self._spilling)  # a spill under way ends first (it needs the lock)
+        self._offsets.extend(spill.append(self._spill_path(), self._records, self._base))
+        self._base += len(self._records)
+        self._records = []
 
 
 def _lost_workers(started: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -108,6 +108,8 @@ def test_sink_keeps_the_whole_history_with_bounded_memory(tmp_path, monkeypatch)
     sink.event({"kind": "worker_started", "rank": 0})
     for start in range(0, 5000, 250):
         sink.push([{"rank": i % 2, "step": i // 2, "loss": 1 / (i + 1)} for i in range(start, start + 250)])
+        with sink._changed:  # pushes a moment apart, as workers' are: each spill (a thread of its own) has ended
+            assert sink._changed.wait_for(lambda: not sink._spilling, timeout=10)
     assert len(sink._records) <= 1000  # memory bounded ...
     spills = list((tmp_path / "raynb-runs").glob("*.jsonl"))
     assert len(spills) == 1 and len(spills[0].read_text().splitlines()) == sink._base  # ... the rest on disk
@@ -124,6 +126,36 @@ def test_sink_keeps_the_whole_history_with_bounded_memory(tmp_path, monkeypatch)
     assert time.monotonic() - t0 >= 0.15
     sink.discard()
     assert not spills[0].exists()
+
+
+def test_records_are_written_aside_without_holding_up_pushes_or_reads(tmp_path, monkeypatch) -> None:
+    """The oldest records go to the spill file from a thread of their own, the sink's lock not held while they are
+    written (100,000 records took 0.45 s on the 2-core host, every push and poll waiting): a push and a read meanwhile
+    answer at once, the records being written read from memory; once written, from the file."""
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    writing, release = threading.Event(), threading.Event()
+
+    class Slow:  # a value the spill's JSON writes through repr(): it holds the write until released
+        def __repr__(self) -> str:
+            writing.set()
+            release.wait(10)
+            return "slow"
+
+    sink = MetricsSink(mem_records=100)
+    sink.push([{"rank": 0, "step": i, "v": Slow() if i == 0 else i} for i in range(101)])  # past 100: a spill starts
+    assert writing.wait(5) and sink._spilling
+    t0 = time.monotonic()
+    sink.push([{"rank": 0, "step": 101, "v": 101}])
+    cursor, recs, _ = sink.read(0, 0, limit=5)
+    assert time.monotonic() - t0 < 1.0  # neither waited for the write
+    assert [r["step"] for r in recs] == [0, 1, 2, 3, 4] and sink._base == 0  # from memory, still
+    release.set()
+    with sink._changed:
+        assert sink._changed.wait_for(lambda: not sink._spilling, timeout=10)
+    assert sink._base == 51 and len(sink._records) == 51  # written: the bound's half, and what came meanwhile
+    cursor, recs, _ = sink.read(0, 0, limit=102)
+    assert cursor == 102 and [r["step"] for r in recs] == list(range(102)) and recs[0]["v"] == "slow"
+    sink.discard()
 
 
 def test_a_waiting_picture_call_answers_as_a_push_arrives() -> None:
