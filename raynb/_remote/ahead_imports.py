@@ -9,8 +9,9 @@ one that sizes a thread pool, the wrong count. So:
 
 - at once, as the process starts: the packages in :data:`EARLY` only, with ``PYTORCH_NVML_BASED_CUDA_CHECK=1`` for
   the time (torch then answers ``is_available()`` from NVML, without initialising CUDA: transformers asks it as
-  its modeling modules load); they are the slow imports of the common cells (transformers is 6-12 s on a GPU
-  node's disk) and initialise no device and no thread pool as they load;
+  its modeling modules load where flash-attn is installed); they are the slow imports of the common cells
+  (transformers and a model class: 8-14 s after torch on the H100 node of the first_step records) and start no
+  device and no thread pool as they load;
 - the rest once the actor has arrived and Ray has set the process's devices and thread count (:func:`settled`):
   within Ray Train's own set-up of the worker, before the function asks for them.
 """
@@ -31,7 +32,7 @@ __all__ = ["EARLY", "start", "report", "settled"]
 
 #: top-level packages imported before the actor arrives: slow to import, and nothing device- or thread-sized at load
 EARLY = frozenset(
-    {"transformers", "datasets", "tokenizers", "safetensors", "huggingface_hub", "peft", "pandas", "pyarrow", "scipy"}
+    {"transformers", "datasets", "tokenizers", "safetensors", "huggingface_hub", "peft", "pandas", "pyarrow"}
 )
 #: how long the thread waits for an actor (Ray keeps a process started ahead this long: ``KEEP_ALIVE_S``)
 WAIT_S, POLL_S = 150.0, 0.02

@@ -42,13 +42,16 @@ def imports_of(fn: Callable[..., Any], beside: str | Path | None = None) -> tupl
     home = getattr(fn, "__module__", None)
     local = _local_names(Path(beside)) if beside else frozenset()
     found: dict[str, None] = {}
-    for name in _walk(code, getattr(fn, "__globals__", {}), home, 0, set()):
-        top = name.split(":")[0].split(".")[0]
-        if name == "torch" or top in _HAVE - {"torch"} or top in sys.stdlib_module_names or top in local or not top:
-            continue
-        found.setdefault(name)
-        if len(found) >= _LIMIT:
-            break
+    try:
+        for name in _walk(code, getattr(fn, "__globals__", {}), home, 0, set()):
+            top = name.split(":")[0].split(".")[0]
+            if name == "torch" or top in _HAVE - {"torch"} or top in sys.stdlib_module_names or top in local or not top:
+                continue
+            found.setdefault(name)
+            if len(found) >= _LIMIT:
+                break
+    except Exception:  # noqa: BLE001 - a global whose attributes raise, an unusual code object: what was found so far
+        pass
     return tuple(found)
 
 

@@ -69,6 +69,14 @@ def test_relative_imports_and_things_without_code_are_left_out() -> None:
     assert imports_of(ns["f"]) == ("tokenizers",)  # type: ignore[arg-type]
     assert imports_of(print) == () and imports_of(len) == ()
 
+    class Hostile:  # a global whose every attribute raises: what was found before it is kept, the run goes on
+        def __getattribute__(self, name: str) -> object:
+            raise RuntimeError(name)
+
+    ns = {"__name__": "__main__", "h": Hostile()}
+    exec("def g():\n    import pandas\n    return h\n", ns)
+    assert imports_of(ns["g"]) == ("pandas",)  # type: ignore[arg-type]
+
 
 def test_the_names_reach_every_worker_env_and_a_rerun_gets_the_same() -> None:
     env = worker_env("summary", "r", preload=("numpy", "transformers:Qwen2Config"))
