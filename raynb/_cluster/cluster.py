@@ -21,7 +21,6 @@ from . import connection, embedded, kubernetes, session
 from . import embedded_head as head_proc
 from .backend import Say
 from .browser_link import dashboard_link
-from .kernel_imports import ray_train_imported_meanwhile
 from .status import ClusterStatus, NodeInfo
 
 if TYPE_CHECKING:
@@ -224,7 +223,6 @@ def _at_kernel_exit() -> None:
             head_proc.remove_owner()
 
 
-@ray_train_imported_meanwhile
 def up(
     local: bool | None = None,
     *,

@@ -2,9 +2,8 @@
 
 One head per machine user lives in ``$RAYNB_HOME/local`` (default ``~/.raynb/local``). A small supervisor process
 (``python -m raynb._cluster.head_supervisor supervise``) leads a new session, starts ``ray start --head --block``
-under it, and watches the kernels that use the head (``owners/<pid>`` files). When the last owner is gone -- closed,
-crashed or killed -- or ``down`` removes ``head.json``, the supervisor ends the whole process group. Nothing here talks to Ray's Python
-API; the kernel connects through Ray Client like it would to a remote cluster.
+under it, and watches the kernels that use the head (``owners/<pid>`` files): when the last is gone (closed, crashed,
+killed) or ``down`` removes ``head.json``, it ends the whole process group. Nothing here calls Ray's Python API.
 
 This module is the kernel's side and the on-disk protocol both sides share (the lock, ``head.json``, ``owners/``,
 ``leases/``); the supervisor is ``head_supervisor.py``, and finding and killing processes ``processes.py``.
@@ -30,6 +29,7 @@ from .._settings import raynb_home
 from .._shared.host import leases_active
 from ..errors import ClusterStartError
 from .head_fitness import why_unfit
+from .kernel_imports import import_ray_train
 from .processes import kill_all, pid_alive, pids_naming
 
 __all__ = ["LocalHead", "find_head", "start_head", "stop_head", "state_dir"]
@@ -233,7 +233,6 @@ def start_head(
     auth: bool = True,
 ) -> LocalHead:
     """Reuse the running embedded head, or start one and wait until Ray Client and the dashboard answer.
-
     ``auth``: Ray's token authentication (a random token readable by this user alone), so other users of the
     machine cannot submit jobs or connect through the head's loopback ports."""
     from importlib.metadata import version
@@ -314,6 +313,7 @@ def start_head(
         (d / "head.json").write_text(head.to_json())
         asked = [f"{n:g} {what}" for n, what in ((head.num_cpus, "CPUs"), (head.num_gpus, "GPUs")) if n is not None]
         say(f"starting an embedded Ray head ({', '.join(asked) or 'the CPUs and GPUs Ray finds here'}) ...")
+        import_ray_train()  # while the head's processes boot: not on the first run's way (kernel_imports.py)
         t0 = time.monotonic()
         while True:
             if proc.poll() is not None:
