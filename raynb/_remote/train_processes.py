@@ -60,10 +60,9 @@ CONTROLLER_PROCESSES = 3
 
 def preload() -> None:
     """Ray's setup hook in a Train worker's process: import torch (seconds) before the worker's actor arrives, then
-    start importing what the run's function imports (``ahead_imports.py``). Never raises: Ray ends a worker whose
+    start importing the slow packages the run's function imports (``ahead_imports.py``). Never raises: Ray ends a worker whose
     hook fails."""
     global _preloaded_at
-    omp_at_start = os.environ.get("OMP_NUM_THREADS")
     try:
         import torch.distributed  # noqa: F401 - torch, and its process groups (Ray Train's backend sets one up)
     except Exception:  # noqa: BLE001 - an optimisation only; the run imports it again and reports the error
@@ -73,7 +72,7 @@ def preload() -> None:
     from . import ahead_imports
 
     with contextlib.suppress(Exception):
-        ahead_imports.start(os.environ.get(PRELOAD_VAR, ""), omp_at_start)
+        ahead_imports.start(os.environ.get(PRELOAD_VAR, ""))
 
 
 def follow_thread_share() -> int | None:

@@ -1,5 +1,6 @@
-"""What a run's function will import, read from its bytecode in the kernel, so the workers' processes can import it
-while they wait for Ray Train (``_remote/train_processes.py``, :func:`~raynb._remote.train_processes.preload`).
+"""What a run's function will import, read from its bytecode in the kernel, so the workers' processes can import the
+slow packages of it (:data:`~raynb._shared.worker_env.AHEAD`) while they wait for Ray Train
+(``_remote/ahead_imports.py``).
 
 Measured on an H100 (records first_step-h100-2026-12-07, -07b): a cold run's worker spent 6.3-11.8 s in its
 function's ``from transformers import ...`` after Ray Train handed it over, while its process had been idle for
@@ -23,7 +24,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["imports_of"]
+from .._shared.worker_env import AHEAD
+
+__all__ = ["imports_of", "ahead"]
 
 #: what the worker has imported before any of this (its own package, Ray, and torch in raynb's setup hook)
 _HAVE = frozenset({"raynb", "ray", "torch", "__main__", "builtins", "__future__"})
@@ -35,7 +38,7 @@ _STORES = frozenset({"STORE_FAST", "STORE_NAME", "STORE_GLOBAL", "STORE_DEREF", 
 def imports_of(fn: Callable[..., Any], beside: str | Path | None = None) -> tuple[str, ...]:
     """The modules ``fn`` imports, in the order it meets them: ``"pkg.mod"``, or ``"pkg:Name"`` for ``from pkg
     import Name`` (a name a lazy package such as transformers loads only when asked for it). ``beside``: the
-    notebook's folder (its own modules are left out)."""
+    notebook's folder (its own modules are left out). :func:`ahead` keeps those a worker imports ahead."""
     code = getattr(fn, "__code__", None)
     if not isinstance(code, types.CodeType):
         return ()
@@ -107,3 +110,8 @@ def _local_names(folder: Path) -> frozenset[str]:
         )
     except OSError:
         return frozenset()
+
+
+def ahead(names: tuple[str, ...]) -> tuple[str, ...]:
+    """The names of ``names`` in the packages a worker imports while it waits (``worker_env.AHEAD``)."""
+    return tuple(n for n in names if n.split(":")[0].split(".")[0] in AHEAD)

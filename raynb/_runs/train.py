@@ -21,7 +21,7 @@ from .._settings import Settings, overlay
 from .._shared.worker_env import PRELOAD_VAR, worker_env
 from ..errors import UsageError
 from .cell import large_payload_note, largest_globals, modules_beside, pack_portable, serialize
-from .cell_imports import imports_of
+from .cell_imports import ahead, imports_of
 from .resources import place_run
 from .run import Run, RunSpec, set_active
 from .storage import check_reachable_by_every_node, every_nodes_mounts
@@ -85,7 +85,7 @@ def start_run(
         cell_source=cell_source,
         cwd=here,
         worker_env_extra=worker_env_extra,
-        preload=imports_of(fn, here),
+        preload=ahead(imports_of(fn, here)),
     )
     return run, payload
 
@@ -384,7 +384,7 @@ def train(
         cwd=here,
         display=display,
         ray_objects=ray_objects,
-        preload=imports_of(fn, here),
+        preload=ahead(imports_of(fn, here)),
         raise_on_failure=raise_on_failure,
         wait=wait,
     )

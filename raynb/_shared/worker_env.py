@@ -22,6 +22,7 @@ __all__ = [
     "SETUP_HOOK_VAR",
     "PRELOAD_HOOK",
     "PRELOAD_VAR",
+    "AHEAD",
 ]
 
 #: Ray Train prints each worker line twice unless its print patch is off (the cell's prints reach the notebook once).
@@ -33,6 +34,9 @@ SETUP_HOOK_VAR = "__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR"
 PRELOAD_HOOK = "raynb._remote.train_processes.preload"
 #: what the run's function imports (``_runs/cell_imports.py``), for the hook to import while the process waits
 PRELOAD_VAR = "RAYNB_PRELOAD"
+#: the packages imported that way (``_remote/ahead_imports.py`` says why these): slow to import, nothing device- or
+#: thread-sized as they load, and neither Ray nor torch imports them
+AHEAD = frozenset({"transformers", "datasets", "tokenizers", "safetensors", "huggingface_hub", "peft"})
 #: Environment every raynb worker starts with (user values win). NVLink multicast stays off: on shared multi-GPU
 #: hosts a program using it can take the host's GPUs down.
 WORKER_ENV_DEFAULTS: dict[str, str] = {

@@ -1,14 +1,12 @@
-"""What a run's function imports, read in the kernel (``_runs/cell_imports.py``), and imported by the worker's process
-while it waits (``_remote/ahead_imports.py``): the slow, device-free packages at once, the rest only once Ray has set
-the process's devices and thread count for its actor. The real path -- a process started ahead, then its actor --
-is tests/integration/test_cluster.py's."""
+"""What a run's function imports, read in the kernel (``_runs/cell_imports.py``), and the slow, device-free
+packages of it imported by the worker's process while it waits (``_remote/ahead_imports.py``). The real path -- a
+process started ahead, then its actor -- is tests/integration/test_cluster.py's."""
 
 from __future__ import annotations
 
 import os
 import sys
 import threading
-import time
 import types
 from pathlib import Path
 
@@ -16,7 +14,7 @@ import pytest
 
 from raynb._remote import ahead_imports
 from raynb._runs.cell import compile_cell
-from raynb._runs.cell_imports import imports_of
+from raynb._runs.cell_imports import ahead, imports_of
 from raynb._shared.worker_env import PRELOAD_VAR, worker_env
 
 CELL = """
@@ -59,6 +57,16 @@ def test_a_cells_imports_are_read_from_its_code_with_those_of_the_notebook_and_i
         "pandas",
         "plotly.graph_objects",
     )
+    # what the workers import while they wait: transformers and its kin, nothing else (not numpy, pandas, yaml)
+    assert ahead(imports_of(fn, tmp_path)) == (
+        "transformers",
+        "transformers:Qwen2Config",
+        "transformers:Qwen2ForCausalLM",
+        "safetensors.numpy",
+        "peft",
+        "peft:LoraConfig",
+        "safetensors.torch",
+    )
     # without the notebook's folder, its modules are names like any other
     assert {"nb_local", "nb_pkg.sub", "nb_pkg.sub:thing"} <= set(imports_of(fn))
 
@@ -84,77 +92,37 @@ def test_the_names_reach_every_worker_env_and_a_rerun_gets_the_same() -> None:
     assert PRELOAD_VAR not in worker_env("summary", "r")  # nothing to import: the env of runs before this change
 
 
-@pytest.mark.parametrize(
-    ("facts", "environ", "omp_at_start", "settled"),
-    [
-        ({"actor": None, "cpus": 2.0, "gpus": []}, {"OMP_NUM_THREADS": "2"}, None, False),  # no actor yet
-        ({"actor": "a", "cpus": 2.0, "gpus": []}, {}, None, False),  # Ray has not set the thread count yet
-        ({"actor": "a", "cpus": 2.0, "gpus": []}, {"OMP_NUM_THREADS": "2"}, None, True),
-        ({"actor": "a", "cpus": 0.5, "gpus": []}, {"OMP_NUM_THREADS": "1"}, None, True),  # floor, at least 1
-        ({"actor": "a", "cpus": None, "gpus": []}, {"OMP_NUM_THREADS": "1"}, None, True),  # an actor of no CPUs
-        ({"actor": "a", "cpus": 8.0, "gpus": []}, {"OMP_NUM_THREADS": "4"}, "4", True),  # the user's, kept by Ray
-        ({"actor": "a", "cpus": 2.0, "gpus": ["1"]}, {"OMP_NUM_THREADS": "2"}, None, False),  # devices not set
-        ({"actor": "a", "cpus": 2.0, "gpus": ["1"]}, {"OMP_NUM_THREADS": "2", "CUDA_VISIBLE_DEVICES": "0,1"}, None, False),
-        ({"actor": "a", "cpus": 2.0, "gpus": [1, 3]}, {"OMP_NUM_THREADS": "2", "CUDA_VISIBLE_DEVICES": "1,3"}, None, True),
-        ({"actor": "a", "cpus": 2.0, "gpus": ["1"], "noset_cuda": True}, {"OMP_NUM_THREADS": "2"}, None, True),
-        ({"actor": "a", "cpus": 2.0, "gpus": [], "override_on_zero": True}, {"OMP_NUM_THREADS": "2"}, None, False),
-        (
-            {"actor": "a", "cpus": 2.0, "gpus": [], "override_on_zero": True},
-            {"OMP_NUM_THREADS": "2", "CUDA_VISIBLE_DEVICES": ""},
-            None,
-            True,
-        ),
-    ],
-)  # fmt: skip
-def test_the_rest_waits_until_ray_has_set_the_actors_devices_and_threads(
-    facts: dict[str, object], environ: dict[str, str], omp_at_start: str | None, settled: bool
-) -> None:
-    assert ahead_imports.settled(facts, environ, omp_at_start) is settled
-
-
-def test_early_packages_load_at_once_with_torchs_nvml_check_and_the_rest_once_the_actor_is_settled(
+def test_the_packages_load_with_torchs_nvml_check_and_each_says_what_came_of_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Real imports from a real thread: modules that record, as they load, the process's state then."""
+    """Real imports from the real thread, of modules that record the process's state as they load."""
     seen: list[tuple[str, str | None]] = []
     monkeypatch.setattr(sys, "ahead_test_seen", seen, raising=False)
-    for name in ("early_pkg", "late_mod"):
-        (tmp_path / f"{name}.py").write_text(
-            f"import os, sys\nsys.ahead_test_seen.append(({name!r}, os.environ.get('PYTORCH_NVML_BASED_CUDA_CHECK')))\n"
-        )
-    (tmp_path / "early_pkg2").mkdir()
-    (tmp_path / "early_pkg2" / "__init__.py").write_text("")
-    (tmp_path / "early_pkg2" / "sub.py").write_text(
-        "import sys\nsys.ahead_test_seen.append(('early_pkg2.sub', None))\n"
+    (tmp_path / "ahead_pkg").mkdir()
+    (tmp_path / "ahead_pkg" / "__init__.py").write_text(
+        "import os, sys\nsys.ahead_test_seen.append(('ahead_pkg', os.environ.get('PYTORCH_NVML_BASED_CUDA_CHECK')))\n"
     )
+    (tmp_path / "ahead_pkg" / "sub.py").write_text("import sys\nsys.ahead_test_seen.append(('ahead_pkg.sub', None))\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delenv("PYTORCH_NVML_BASED_CUDA_CHECK", raising=False)
-    for name in ("early_pkg", "late_mod", "early_pkg2", "early_pkg2.sub"):
+    for name in ("ahead_pkg", "ahead_pkg.sub"):
         monkeypatch.delitem(sys.modules, name, raising=False)
-    gate = threading.Event()
-    names = ["early_pkg", "late_mod", "early_pkg2:sub", "no_such_module_here", "os"]
     thread = threading.Thread(
-        target=ahead_imports._run,
-        args=(names, None),
-        kwargs={"facts": lambda: {"actor": "a" if gate.is_set() else None, "cpus": 1.0, "gpus": []},
-                "early": frozenset({"early_pkg", "early_pkg2"})},
-    )  # fmt: skip
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+        target=ahead_imports._run, args=(["ahead_pkg", "ahead_pkg:sub", "no_such_module_here", "os"],)
+    )
     thread.start()
-    deadline = time.monotonic() + 10
-    while len(seen) < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.2)  # the thread polls every 20 ms: time for a wrong import of the late module to show
-    assert seen == [("early_pkg", "1"), ("early_pkg2.sub", None)], seen  # torch's NVML check on while they load
-    assert "late_mod" not in sys.modules and os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK") is None
-    gate.set()
-    thread.join(timeout=10)
-    assert seen[-1] == ("late_mod", None)
-    outcome = ahead_imports.report()["outcome"]
-    assert outcome == {
-        "early_pkg": "early",
-        "late_mod": "late",
-        "early_pkg2:sub": "early",
+    thread.join(timeout=30)
+    assert seen == [("ahead_pkg", "1"), ("ahead_pkg.sub", None)]  # torch's NVML check on while they load ...
+    assert os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK") is None  # ... and off after
+    assert ahead_imports.report()["outcome"] == {
+        "ahead_pkg": "ahead",
+        "ahead_pkg:sub": "ahead",
         "no_such_module_here": "failed",
         "os": "already",
     }
+    # the hook's entry point takes only the packages of AHEAD, whatever the variable holds
+    assert ahead_imports.start("os,json,numpy,plotly.io") is None
+    started = ahead_imports.start("safetensors,os")
+    assert started is not None
+    started.join(timeout=30)
+    assert set(ahead_imports.report()["outcome"]) == {"safetensors"} and "safetensors" in sys.modules
