@@ -131,6 +131,18 @@ class MetricsSink:
                 self._server = ChannelServer(self._take_batch)
             return self._server.path
 
+    @_frequent
+    def batch(
+        self,
+        rank: int,
+        events: list[dict[str, Any]],
+        lines: list[tuple[float, str, str]],
+        records: list[dict[str, Any]],
+    ) -> None:
+        """One flush of a worker on another node, in one call, taken as the socket takes one: separate ``event`` and
+        ``push`` calls may run in either order on this threaded actor."""
+        self._take_batch(("batch", rank, events, lines, records))
+
     def _take_batch(self, message: tuple[Any, ...]) -> None:
         """One flush of a worker on this node, as its Ray calls would have brought it: its events, then its printed
         lines, then its records."""

@@ -343,3 +343,37 @@ def test_a_process_started_ahead_serves_the_next_actor_of_its_env_with_torch_imp
     assert got["torch_preloaded"] is not None and got["torch_in"], got
     # ... and then safetensors, one of the packages imported ahead; not plotly, whatever the variable says
     assert got["ahead_imports"] == {"safetensors": "ahead"} and not got["plotly_in"], got
+
+
+def test_a_workers_flushes_over_ray_reach_the_sink_whole_and_in_order(cluster: raynb.Cluster) -> None:
+    """A Train worker off the sink's node flushes over Ray: each flush one ``sink.batch`` call (its events, lines and
+    records, taken as the node's socket takes a flush), the next only once the last was taken. The sink is threaded
+    and runs overlapping calls in any order: as separate ``event`` and ``push`` calls, a restarted worker's first
+    records reached it before its ``worker_started`` and counted in the attempt before -- a step lost from
+    ``run.metrics`` after a node was lost (tests/integration/test_nodes.py, once in the suite)."""
+    import ray
+
+    from raynb._client.spares import sink_actor
+
+    @ray.remote(num_cpus=0)
+    def restarts(sink: object) -> list[str]:  # on the cluster: the kernel may be a Ray Client
+        from raynb._remote.report import Reporter
+
+        paths = []
+        for attempt in range(1, 13):  # a worker of rank 1 started again and again, as Ray Train restarts a group
+            rep = Reporter(sink, 1, flush_interval=0.005)  # no socket asked for: Ray's calls
+            rep.event({"kind": "worker_started", "rank": 1})
+            for step in range(3):
+                rep.add({"step": step, "loss": 1.0 / attempt, "sent_in": attempt})
+            rep.close()
+            paths.append(rep.over)
+        return paths
+
+    sink = sink_actor()
+    try:
+        assert set(ray.get(restarts.remote(sink), timeout=120)) == {"ray"}
+        _, records, events = ray.get(sink.read.remote(0, 0), timeout=30)
+        assert [e["attempt"] for e in events if e["kind"] == "worker_started"] == list(range(1, 13))
+        assert len(records) == 36 and all(r["attempt"] == r["sent_in"] for r in records), records
+    finally:
+        ray.kill(sink)
