@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from .._shared.worker_env import AHEAD
+from .._shared.worker_env import ahead
 
 __all__ = ["start", "report"]
 
@@ -39,8 +39,8 @@ _state: dict[str, Any] = {}
 
 def start(entries: str) -> threading.Thread | None:
     """Import ``entries`` (``RAYNB_PRELOAD``: ``pkg.mod`` or ``pkg:Name``, comma-separated; those of packages outside
-    :data:`AHEAD` are left to the function) from a thread of this process."""
-    names = [e for e in (x.strip() for x in entries.split(",")) if e and _top(e) in AHEAD]
+    ``worker_env.AHEAD`` are left to the function) from a thread of this process."""
+    names = list(ahead(entries.split(",")))
     if not names:
         return None
     thread = threading.Thread(target=_run, args=(names,), name="raynb-ahead-imports", daemon=True)
@@ -52,10 +52,6 @@ def report() -> dict[str, Any]:
     """What the thread did, for the worker's ``worker_done`` event: each name's outcome (``ahead``; ``already`` --
     Ray or the function had it first --; ``failed``; ``not reached``) and when it finished (``done``)."""
     return dict(_state)
-
-
-def _top(name: str) -> str:
-    return name.split(":")[0].split(".")[0]
 
 
 def _run(names: list[str]) -> None:

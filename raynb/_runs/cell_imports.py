@@ -24,9 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .._shared.worker_env import AHEAD
-
-__all__ = ["imports_of", "ahead"]
+__all__ = ["imports_of"]
 
 #: what the worker has imported before any of this (its own package, Ray, and torch in raynb's setup hook)
 _HAVE = frozenset({"raynb", "ray", "torch", "__main__", "builtins", "__future__"})
@@ -38,7 +36,7 @@ _STORES = frozenset({"STORE_FAST", "STORE_NAME", "STORE_GLOBAL", "STORE_DEREF", 
 def imports_of(fn: Callable[..., Any], beside: str | Path | None = None) -> tuple[str, ...]:
     """The modules ``fn`` imports, in the order it meets them: ``"pkg.mod"``, or ``"pkg:Name"`` for ``from pkg
     import Name`` (a name a lazy package such as transformers loads only when asked for it). ``beside``: the
-    notebook's folder (its own modules are left out). :func:`ahead` keeps those a worker imports ahead."""
+    notebook's folder (its own modules are left out). ``worker_env.ahead`` keeps those a worker imports ahead."""
     code = getattr(fn, "__code__", None)
     if not isinstance(code, types.CodeType):
         return ()
@@ -110,8 +108,3 @@ def _local_names(folder: Path) -> frozenset[str]:
         )
     except OSError:
         return frozenset()
-
-
-def ahead(names: tuple[str, ...]) -> tuple[str, ...]:
-    """The names of ``names`` in the packages a worker imports while it waits (``worker_env.AHEAD``)."""
-    return tuple(n for n in names if n.split(":")[0].split(".")[0] in AHEAD)

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 from .._client import side
 from .._current import current, resolve_settings
 from .._settings import Settings, overlay
-from .._shared.worker_env import PRELOAD_VAR, worker_env
+from .._shared.worker_env import PRELOAD_VAR, ahead, worker_env
 from ..errors import UsageError
 from .cell import large_payload_note, largest_globals, modules_beside, pack_portable, serialize
-from .cell_imports import ahead, imports_of
+from .cell_imports import imports_of
 from .resources import place_run
 from .run import Run, RunSpec, set_active
 from .storage import check_reachable_by_every_node, every_nodes_mounts
@@ -206,7 +206,7 @@ def _rerun(
         cell_source=run.spec.cell_source,
         cwd=run.spec.cwd or os.getcwd(),
         display=display,
-        preload=tuple(filter(None, run.spec.worker_env.get(PRELOAD_VAR, "").split(","))),
+        preload=ahead(run.spec.worker_env.get(PRELOAD_VAR, "").split(",")),
         ray_objects={k: v for k, v in ray_objects.items() if k != "run_config"}
         | (
             {"run_config": dataclasses.replace(ray_objects["run_config"], name=None)}

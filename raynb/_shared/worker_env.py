@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 __all__ = [
     "worker_env",
@@ -23,6 +23,7 @@ __all__ = [
     "PRELOAD_HOOK",
     "PRELOAD_VAR",
     "AHEAD",
+    "ahead",
 ]
 
 #: Ray Train prints each worker line twice unless its print patch is off (the cell's prints reach the notebook once).
@@ -37,6 +38,14 @@ PRELOAD_VAR = "RAYNB_PRELOAD"
 #: the packages imported that way (``_remote/ahead_imports.py`` says why these): slow to import, nothing device- or
 #: thread-sized as they load, and neither Ray nor torch imports them
 AHEAD = frozenset({"transformers", "datasets", "tokenizers", "safetensors", "huggingface_hub", "peft"})
+
+
+def ahead(names: Iterable[str]) -> tuple[str, ...]:
+    """Of ``names`` (``pkg.mod`` or ``pkg:Name``; stripped, empty ones dropped), those of the packages in
+    :data:`AHEAD`: what the kernel puts in :data:`PRELOAD_VAR`, and what a worker takes from it."""
+    return tuple(n for n in (x.strip() for x in names) if n and n.split(":")[0].split(".")[0] in AHEAD)
+
+
 #: Environment every raynb worker starts with (user values win). NVLink multicast stays off: on shared multi-GPU
 #: hosts a program using it can take the host's GPUs down.
 WORKER_ENV_DEFAULTS: dict[str, str] = {

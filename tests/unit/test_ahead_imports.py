@@ -14,8 +14,8 @@ import pytest
 
 from raynb._remote import ahead_imports
 from raynb._runs.cell import compile_cell
-from raynb._runs.cell_imports import ahead, imports_of
-from raynb._shared.worker_env import PRELOAD_VAR, worker_env
+from raynb._runs.cell_imports import imports_of
+from raynb._shared.worker_env import PRELOAD_VAR, ahead, worker_env
 
 CELL = """
 import os, json, torch, raynb, ray.train
@@ -44,7 +44,8 @@ def test_a_cells_imports_are_read_from_its_code_with_those_of_the_notebook_and_i
         ns,
     )
     fn = compile_cell(CELL, ns)
-    assert imports_of(fn, tmp_path) == (
+    names = imports_of(fn, tmp_path)
+    assert names == (
         "numpy",
         "transformers",
         "transformers:Qwen2Config",
@@ -58,7 +59,7 @@ def test_a_cells_imports_are_read_from_its_code_with_those_of_the_notebook_and_i
         "plotly.graph_objects",
     )
     # what the workers import while they wait: transformers and its kin, nothing else (not numpy, pandas, yaml)
-    assert ahead(imports_of(fn, tmp_path)) == (
+    assert ahead(names) == (
         "transformers",
         "transformers:Qwen2Config",
         "transformers:Qwen2ForCausalLM",
