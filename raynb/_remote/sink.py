@@ -77,6 +77,7 @@ class MetricsSink:
         self._clock = SpareClock(ttl_s) if ttl_s is not None else None
         self._server: ChannelServer | None = None  # the workers of this node hand batches over it (node_channel.py)
         self._spilling = False  # the oldest records are being written aside (:meth:`_spill_aside`)
+        self._spill_at = self._mem  # held past this, the oldest go aside (more after a failed write: no retry a push)
         yield_cpu_to_training()
 
     def claim(self) -> bool:
@@ -100,7 +101,7 @@ class MetricsSink:
             self._last_report = records[-1].get("time")
             self._picture.add(records)
             self._version += 1
-        if len(self._records) > self._mem and not self._spilling:
+        if len(self._records) > self._spill_at and not self._spilling:
             n = len(self._records) - self._mem // 2
             self._spilling = True
             args = (self._spill_path(), self._records[:n], self._base)  # they stay in memory, readable, till written
@@ -326,13 +327,14 @@ class MetricsSink:
         offsets: list[int] | None = None
         try:
             offsets = spill.append(path, records, base)
-        except OSError as e:  # a full disk: they stay in memory, and the next push tries again
-            print(f"[raynb] the run's oldest records stay in memory: writing them aside failed: {e}", flush=True)
+        except OSError as e:  # a full disk: they stay in memory, and the next try waits for as many again
+            print(spill.failed(path, len(records), e, self._mem // 2), flush=True)
         with self._changed:
             if offsets is not None:
                 self._offsets.extend(offsets)
                 del self._records[: len(records)]
                 self._base += len(records)
+            self._spill_at = self._mem if offsets is not None else len(self._records) + self._mem // 2
             self._spilling = False
             self._changed.notify_all()
 

@@ -4,12 +4,13 @@ Imports nothing heavier than the standard library."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
 from typing import Any
 
-__all__ = ["EVERY", "runs_dir", "append", "read"]
+__all__ = ["EVERY", "runs_dir", "append", "failed", "read"]
 
 #: one offset kept per this many records
 EVERY = 1024
@@ -24,19 +25,37 @@ def runs_dir() -> str:
 
 def append(path: str, records: list[dict[str, Any]], base: int) -> list[int]:
     """Append ``records`` (absolute index ``base`` on) to ``path``; the byte offsets of those at a multiple of
-    :data:`EVERY`. A write that fails leaves the file as it was (no half-written lines for the next to follow)."""
-    offsets = []
-    with open(path, "ab") as f:
-        start = f.tell()
+    :data:`EVERY`. A write that fails (a full disk) leaves the file as it was: no half-written line for the next
+    write to follow, where a buffered file's last flush could leave one."""
+    lines, marks, size = [], [], 0
+    for i, rec in enumerate(records):
+        if (base + i) % EVERY == 0:
+            marks.append(size)
+        lines.append(json.dumps(rec, default=repr).encode() + b"\n")
+        size += len(lines[-1])
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        start = os.lseek(fd, 0, os.SEEK_END)
         try:
-            for i, rec in enumerate(records):
-                if (base + i) % EVERY == 0:
-                    offsets.append(f.tell())
-                f.write(json.dumps(rec, default=repr).encode() + b"\n")
+            data = memoryview(b"".join(lines))
+            while data:
+                data = data[os.write(fd, data) :]
         except BaseException:
-            f.truncate(start)
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, start)
             raise
-    return offsets
+    finally:
+        os.close(fd)
+    return [start + m for m in marks]
+
+
+def failed(path: str, n: int, error: OSError, again: int) -> str:
+    """What the sink prints where writing its oldest records aside failed."""
+    return (
+        f"[raynb] the run's oldest {n:,} records stay in its sink's memory: writing them to {path} failed ({error}). "
+        f"Free space on that disk (the node's temporary directory); the sink tries again after {again:,} more "
+        "records, and keeps every record meanwhile."
+    )
 
 
 def read(path: str, offsets: list[int], cursor: int, n: int) -> list[dict[str, Any]]:

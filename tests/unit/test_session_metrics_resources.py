@@ -158,6 +158,35 @@ def test_records_are_written_aside_without_holding_up_pushes_or_reads(tmp_path, 
     sink.discard()
 
 
+def test_a_full_disk_keeps_the_records_in_memory_and_the_sink_tries_again_later(tmp_path, monkeypatch, capsys) -> None:
+    """Writing aside onto a full disk (Linux's /dev/full answers every write with ENOSPC) keeps every record in memory
+    and says what to do, once; the next try waits for another half of the bound (it started a thread and printed at
+    every push); once the disk has room, the records go aside and read back whole, in order."""
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    sink = MetricsSink(mem_records=100)
+
+    def push(steps: range) -> None:
+        sink.push([{"rank": 0, "step": i} for i in steps])
+        with sink._changed:
+            assert sink._changed.wait_for(lambda: not sink._spilling, timeout=10)
+
+    sink._spill = "/dev/full"
+    push(range(101))  # past the bound: a write, which fails
+    assert sink._base == 0 and len(sink._records) == 101
+    said = capsys.readouterr().out
+    assert "51 records stay in its sink's memory" in said and "No space left on device" in said
+    assert "Free space on that disk" in said
+    for i in range(101, 151):  # 50 more, one push each: no try
+        push(range(i, i + 1))
+    assert capsys.readouterr().out == "" and sink._base == 0
+    sink._spill = str(tmp_path / "records.jsonl")  # room again
+    push(range(151, 152))  # past 101 + 50: tried again, and written
+    assert sink._base == 102 and len(sink._records) == 50 and capsys.readouterr().out == ""
+    cursor, recs, _ = sink.read(0, 0, limit=200)
+    assert cursor == 152 and [r["step"] for r in recs] == list(range(152))
+    sink.discard()
+
+
 def test_a_waiting_picture_call_answers_as_a_push_arrives() -> None:
     """Ray runs the sink's calls on a pool of threads: a kernel's long poll waits on one while a worker's push
     lands on another, and the push ends the wait at once (not at the poll's timeout)."""
