@@ -1,6 +1,6 @@
 """raynb's cost around a training function vs a bare TorchTrainer.fit() of the same function; prints JSON.
 
-  python bench/train_overhead.py [--rounds 4] [--steps 3200] [--no-report] [--out bench/results/NAME.json]
+  python bench/train_overhead.py [--rounds 4] [--steps 3200] [--no-report] [--pin] [--out bench/results/NAME.json]
 
 Both run on the same embedded cluster, over the same Ray Client connection. One warm-up round of each mode comes
 first and is not counted (the first fit() of a process imports Ray Train; raynb's launcher is pre-warmed); then the
@@ -17,6 +17,9 @@ modes alternate, and the order flips every round (bare, raynb / raynb, bare / ..
   call to its return, from /proc -- what raynb takes from a machine whose cores train, less dependent on the host's
   speed than a rate. The bare run's row is the same processes idle.
 raynb's run reports loss and samples every step (what a user does); the bare run reports nothing.
+--pin puts each rank's process on a core of its own in both modes. Unpinned, runs of one mode spread by their
+placement alone: bare fit() 108-121 steps/s in four runs, 125-132 pinned (by hand, 2026-12-07, the 2-core host),
+each run's own 400-step windows within a few percent -- a spread wider than the 2 % margin, the same for both modes.
 """
 
 from __future__ import annotations
@@ -123,6 +126,10 @@ def train_fn(config: dict[str, Any]) -> None:
 
     import raynb
 
+    rank = ray.train.get_context().get_world_rank()
+    if config["pin"]:  # each rank on a core of its own, in both modes (--pin)
+        cores = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cores[rank % len(cores)]})
     torch.manual_seed(0)
     torch.set_num_threads(1)
     model = ray.train.torch.prepare_model(
@@ -137,7 +144,7 @@ def train_fn(config: dict[str, Any]) -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x, y = torch.randn(128, 256), torch.randint(0, 10, (128,))
     t_first = t_warm = steal0 = 0.0
-    rank0 = ray.train.get_context().get_world_rank() == 0
+    rank0 = rank == 0
     cpu0: dict[int, tuple[str, float]] = {}
     for step in range(config["steps"]):
         loss = torch.nn.functional.cross_entropy(model(x), y)
@@ -177,7 +184,7 @@ def bare(steps: int) -> dict[str, float]:
     try:
         TorchTrainer(
             train_fn,
-            train_loop_config={"steps": steps, "warmup": WARMUP, "report": False},
+            train_loop_config={"steps": steps, "warmup": WARMUP, "report": False, "pin": PIN},
             scaling_config=ScalingConfig(num_workers=2),
             run_config=RunConfig(name=f"bench-bare-{int(t0)}"),
         ).fit()
@@ -190,6 +197,7 @@ def bare(steps: int) -> dict[str, float]:
 
 
 REPORT = True
+PIN = False
 
 
 def with_raynb(steps: int) -> dict[str, float]:
@@ -197,7 +205,7 @@ def with_raynb(steps: int) -> dict[str, float]:
     run = raynb.train(
         train_fn,
         workers=2,
-        config={"steps": steps, "warmup": WARMUP, "report": REPORT},
+        config={"steps": steps, "warmup": WARMUP, "report": REPORT, "pin": PIN},
         display=False,
         name=f"bench-raynb-{int(t0)}",
     )
@@ -217,10 +225,16 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--steps", type=int, default=3200)
     ap.add_argument("--no-report", action="store_true", help="raynb run without raynb.report (isolates its cost)")
+    ap.add_argument(
+        "--pin",
+        action="store_true",
+        help="each rank's process on a core of its own, in both modes: the scheduler's placement, which spreads "
+        "one mode's runs as much as the other's, out of the comparison",
+    )
     ap.add_argument("--out", help="also write the JSON record to this file (bench/results/...)")
     args = ap.parse_args()
-    global REPORT
-    REPORT = not args.no_report
+    global REPORT, PIN
+    REPORT, PIN = not args.no_report, args.pin
     raynb.up(local=True, progress=lambda m: print(m, file=sys.stderr))
     timings = Timings.options(name="bench-timings", namespace="raynb", get_if_exists=True).remote()
     rows: dict[str, list[dict[str, float]]] = {"bare": [], "raynb": []}
@@ -260,6 +274,7 @@ def main() -> None:
         "ray": ray.__version__,
         "workers": 2,
         "raynb_reports_every_step": REPORT,
+        "workers_pinned": PIN,
         "rounds": args.rounds,
         "warmup_round": True,
         "order": "alternating, flipped every round",
