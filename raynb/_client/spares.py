@@ -127,7 +127,7 @@ def prewarm(after: str | None = None) -> None:
     if not ray.is_initialized() or (_spare is not None and _spare[2] == gen):
         return
     registry()
-    if ended is not None and ended[1] == gen and _alive(ended[0]):
+    if ended is not None and ended[1] == gen and _claimed(ended[0]):
         launcher, sink = ended[0], sink_actor(ttl_s=SPARE_TTL_S)
     else:
         launcher, sink = _new_pair()
@@ -135,12 +135,15 @@ def prewarm(after: str | None = None) -> None:
 
 
 @handles.calls_ray
-def _alive(launcher: Any) -> bool:
-    """One short call: a launcher lost with its run (its node, its process) is replaced now, not at the next run."""
+def _claimed(launcher: Any) -> bool:
+    """One short call: the ended run's launcher kept for ``SPARE_TTL_S``, as a new spare is -- unclaimed, it leaves
+    ``RECLAIM_S`` after its run, and a cell run a minute later paid a new one (Ray Train's import: ~2.5 s on 2 cores,
+    the third round of bench/train_overhead.py); one lost with its run (its node, its process) is replaced now, not at
+    the next run."""
     import ray
 
     try:
-        return bool(ray.get(launcher.alive.remote(), timeout=5))
+        return bool(ray.get(launcher.claim.remote(), timeout=5))
     except Exception:  # noqa: BLE001 - dead, or too busy to answer: a new one then
         return False
 

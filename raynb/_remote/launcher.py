@@ -66,6 +66,11 @@ class Launcher:
     def alive(self) -> bool:
         return True
 
+    def leaves_in(self) -> float:
+        """Seconds until it leaves unless claimed again (infinite while it hosts a run)."""
+        with self._lock:
+            return float("inf") if self._fits else max(0.0, self._exit_at - time.monotonic())
+
     def node(self) -> str:
         """The node this launcher runs on -- and so Ray Train's controller, which Ray attaches to it."""
         import ray

@@ -336,8 +336,11 @@ def test_a_failing_rank_ends_the_cell_at_once_and_leaves_its_launcher_to_the_nex
     kernel keeps the run's launcher process for its next run (Ray Train and torch imported once per connection, not
     once per run: the stall test's run below takes it; the quickstart in tests/packaging fails a run right after
     another)."""
+    import ray
+
     from raynb._client import spares
     from raynb._current import wait_for_ending
+    from raynb._remote.launcher import RECLAIM_S
 
     def fails(config: dict) -> None:
         import time
@@ -361,6 +364,9 @@ def test_a_failing_rank_ends_the_cell_at_once_and_leaves_its_launcher_to_the_nex
     assert spare is not None and spare[0]._actor_id == run._channel.launcher._actor_id, (
         "a new launcher for the next run"
     )
+    # kept as long as a new spare, not the minute an ended run's launcher waits for its kernel: a cell run after a
+    # look at the result must not pay a new launcher
+    assert ray.get(spare[0].leaves_in.remote(), timeout=30) > RECLAIM_S
 
 
 def test_a_run_says_how_far_it_is_and_the_cluster_stops_it_when_it_stalls(cluster: raynb.Cluster) -> None:
