@@ -20,6 +20,7 @@ raynb's run reports loss and samples every step (what a user does); the bare run
 --pin puts each rank's process on a core of its own in both modes. Unpinned, runs of one mode spread by their
 placement alone: bare fit() 108-121 steps/s in four runs, 125-132 pinned (by hand, 2026-12-07, the 2-core host),
 each run's own 400-step windows within a few percent -- a spread wider than the 2 % margin, the same for both modes.
+Pinned, the bench's own pairs spread no less (-07g: bare 110-123 steps/s, ratios 0.90-1.04).
 """
 
 from __future__ import annotations

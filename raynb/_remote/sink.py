@@ -77,7 +77,7 @@ class MetricsSink:
         self._clock = SpareClock(ttl_s) if ttl_s is not None else None
         self._server: ChannelServer | None = None  # the workers of this node hand batches over it (node_channel.py)
         self._spilling = False  # the oldest records are being written aside (:meth:`_spill_aside`)
-        self._spill_at = self._mem  # held past this, the oldest go aside (more after a failed write: no retry a push)
+        self._spill_at = self._mem  # held past this, the oldest go aside (higher after a failed write: not every push)
         yield_cpu_to_training()
 
     def claim(self) -> bool:
