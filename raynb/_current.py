@@ -24,6 +24,7 @@ __all__ = [
     "set_current",
     "clear_current",
     "resolve_settings",
+    "read_magic_config",
     "at_exit",
     "Connected",
     "HeadSite",
@@ -83,6 +84,7 @@ class Held(Protocol):
 _current: Connected | None = None
 _warm: Held | None = None
 _exit_hooks: list[Callable[[], None]] = []
+_magic_config: Callable[[], Mapping[str, Any]] | None = None
 _active: Any = None  # the run this kernel waits on now (a ``_runs.run.Run``)
 #: runs shown failed that Ray Train still winds down (``_runs/early_failure.py``)
 _ending: list[threading.Thread] = []
@@ -157,8 +159,15 @@ def _run_exit_hooks() -> None:
             pass
 
 
-def resolve_settings(flags: Mapping[str, Any] | None = None, magic_config: Mapping[str, Any] | None = None) -> Settings:
-    """The settings of a call: the current cluster's values file is the 'values file' layer (e.g. STRICT_EFA,
-    STORAGE_PATH). Every API call and magic resolves its settings through here."""
+def read_magic_config(layer: Callable[[], Mapping[str, Any]] | None) -> None:
+    """Where the ``%config RayNB`` layer is read from (the magics register theirs as the extension loads): every call
+    resolves against it, the Python API's and the doctor's as much as a magic's."""
+    global _magic_config
+    _magic_config = layer
+
+
+def resolve_settings(flags: Mapping[str, Any] | None = None) -> Settings:
+    """The settings of a call: a flag (``flags``) > ``%config RayNB`` > ``RAYNB_*`` > the current cluster's values file
+    (e.g. STRICT_EFA, STORAGE_PATH) > default. Every API call and magic resolves its settings through here."""
     values = _current.backend.values_layer() if _current is not None else None
-    return resolve(flags, magic_config, values=values)
+    return resolve(flags, _magic_config() if _magic_config is not None else None, values=values)

@@ -78,6 +78,15 @@ def not_connected() -> NotConnectedError:
     )
 
 
+def up_again(kind: str | None, name: str | None) -> str:
+    """The ``up`` that reaches the same cluster again, for a cluster of ``kind`` named ``name``."""
+    if kind == "local":
+        return "`%raycluster up --local`"
+    if kind == "address":
+        return f"`%raycluster up --address {name}`"
+    return "`%raycluster up` with the same values (it reuses the RayCluster)"
+
+
 class KubeError(RaynbError):
     """Kubernetes refused or could not do what raynb asked."""
 

@@ -13,6 +13,7 @@ from typing import Any
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from traitlets.config import Configurable
 
+from ._current import read_magic_config, resolve_settings
 from ._magic_args import parse_cluster_line, parse_runs_line, parse_train_line, setting_flags, split_datasets
 from ._settings import Settings, config_traits, parse_assignments
 from .errors import KubeError, RunAborted, TrainingFailedError, UsageError, not_connected
@@ -36,11 +37,10 @@ class RayNBMagics(Magics):
         super().__init__(shell)
         self.ip: Any = shell
         self.options = RayNB(parent=shell)
+        read_magic_config(self.options.values)
 
     def _settings(self, flags: dict[str, Any]) -> Settings:
-        from ._cluster.cluster import resolve_settings
-
-        return resolve_settings(flags, self.options.values())
+        return resolve_settings(flags)
 
     @line_magic
     def raycluster(self, line: str) -> Any:
@@ -360,4 +360,5 @@ def unregister(ip: Any) -> None:
             ip.magics_manager.magics[kind].pop(name, None)
     if magics.options in ip.configurables:
         ip.configurables.remove(magics.options)
+    read_magic_config(None)
     del ip._raynb_magics

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import importlib.util
 import os
 import re
 import sys
@@ -43,9 +44,21 @@ class Summary:
             lines.append(f"  run {r['name']}: {r['status']} at step {r['step']} ({r['records']} reports)")
         for e in self.errors:
             lines.append(f"  expected error: {e}")
-        jupyter = os.path.relpath(Path(sys.executable).with_name("jupyter"))
-        lines.append(f"open it in JupyterLab: {jupyter} lab {self.output}")
+        lines.append(open_hint(self.output))
         return "\n".join(lines)
+
+
+def open_hint(output: str) -> str:
+    """How to open the executed notebook: JupyterLab where this Python has it, else what to install first."""
+    jupyter = os.path.relpath(Path(sys.executable).with_name("jupyter"))
+    try:
+        has_lab = importlib.util.find_spec("jupyterlab") is not None
+    except (ImportError, ValueError):
+        has_lab = False
+    if has_lab:
+        return f"open it in JupyterLab: {jupyter} lab {output}"
+    pip = os.path.relpath(Path(sys.executable)) + " -m pip install jupyterlab"
+    return f"to open it, install JupyterLab into this Python ({pip}), then: {jupyter} lab {output}"
 
 
 def _literal(value: str) -> Any:

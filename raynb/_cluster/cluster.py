@@ -38,7 +38,7 @@ class Cluster:
 
     def __init__(self, backend: Backend, *, settings: Settings | None = None, owned: bool = True) -> None:
         self.backend = backend
-        self.settings = settings or Settings()
+        self.settings = settings or resolve_settings()
         self.owned = owned
         self.address = "(not connected)"
         self.dashboard_url: str | None = None

@@ -26,26 +26,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .._settings import raynb_home
-from .._shared.host import leases_active
+from .._shared.host import cpus_pinned, leases_active
 from ..errors import ClusterStartError
+from .head_command import HOST, PORT_NAMES, free_ports, ray_start_command
 from .head_fitness import why_unfit
 from .kernel_imports import import_ray_train
 from .processes import kill_all, pid_alive, pids_naming
 
 __all__ = ["LocalHead", "find_head", "start_head", "stop_head", "state_dir"]
-
-HOST = "127.0.0.1"
-_PORT_NAMES = (
-    "gcs_port",
-    "client_port",
-    "dashboard_port",
-    "agent_listen_port",
-    "agent_grpc_port",
-    "runtime_env_agent_port",
-    "metrics_export_port",
-    "node_manager_port",
-    "object_manager_port",
-)
 
 
 def state_dir() -> Path:
@@ -104,20 +92,6 @@ def _port_open(port: int, timeout: float = 0.5) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.settimeout(timeout)
         return s.connect_ex((HOST, port)) == 0
-
-
-def _free_ports(n: int) -> list[int]:
-    socks, ports = [], []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind((HOST, 0))
-            socks.append(s)
-            ports.append(s.getsockname()[1])
-    finally:
-        for s in socks:
-            s.close()
-    return ports
 
 
 def _private_dir(d: Path) -> None:
@@ -188,41 +162,6 @@ def find_head() -> LocalHead | None:
     return None
 
 
-def _ray_executable() -> list[str]:
-    exe = Path(sys.executable).with_name("ray")
-    if exe.exists():
-        return [str(exe)]
-    return [sys.executable, "-c", "import sys; from ray.scripts.scripts import main; sys.exit(main())"]
-
-
-def _ray_start_command(head: LocalHead) -> list[str]:
-    p = head.ports
-    return [
-        *_ray_executable(),
-        "start",
-        "--head",
-        "--block",
-        "--disable-usage-stats",
-        f"--node-ip-address={HOST}",
-        f"--port={p['gcs_port']}",
-        f"--ray-client-server-port={p['client_port']}",
-        f"--include-dashboard={'true' if head.dashboard else 'false'}",
-        f"--dashboard-host={HOST}",
-        f"--dashboard-port={p['dashboard_port']}",
-        f"--dashboard-agent-listen-port={p['agent_listen_port']}",
-        f"--dashboard-agent-grpc-port={p['agent_grpc_port']}",
-        f"--runtime-env-agent-port={p['runtime_env_agent_port']}",
-        f"--metrics-export-port={p['metrics_export_port']}",
-        f"--node-manager-port={p['node_manager_port']}",
-        f"--object-manager-port={p['object_manager_port']}",
-        f"--temp-dir={head.temp_dir}",
-        # only what the user gave: Ray's own detection reads cgroup quotas and cpusets (a Studio space or a JupyterHub
-        # pod limited to 4 of a 64-core node's CPUs offers 4) and CUDA_VISIBLE_DEVICES
-        *([f"--num-cpus={head.num_cpus:g}"] if head.num_cpus is not None else []),
-        *([f"--num-gpus={head.num_gpus:g}"] if head.num_gpus is not None else []),
-    ]
-
-
 def start_head(
     *,
     num_cpus: int | None = None,
@@ -235,23 +174,10 @@ def start_head(
     """Reuse the running embedded head, or start one and wait until Ray Client and the dashboard answer.
     ``auth``: Ray's token authentication (a random token readable by this user alone), so other users of the
     machine cannot submit jobs or connect through the head's loopback ports."""
-    from importlib.metadata import version
-
     d = state_dir()
     say = progress or (lambda _msg: None)
     with _lock(d):
-        existing = find_head()
-        if existing is not None and (why := why_unfit(existing)) is not None:
-            if leases_active(d):
-                raise ClusterStartError(
-                    f"The running embedded Ray head cannot serve this kernel: {why}.",
-                    saw="runs still going on it",
-                    fix="when they end (`%raytrain ls`), `python -m raynb._cluster.head_supervisor stop` stops it; "
-                    "the next `up` starts a fresh one",
-                )
-            say(f"the running embedded Ray head cannot serve this kernel ({why}): stopping it to start a fresh one")
-            _stop(existing, d)
-            existing = None
+        existing = _reusable(d, say)
         if existing is not None:
             add_owner()
             existing.reused = True
@@ -261,81 +187,116 @@ def start_head(
             if not pid_alive(stale):
                 remove_owner(stale)
         shutil.rmtree(d / "leases", ignore_errors=True)  # a previous head's runs are gone with it
-        # Ray keeps unix sockets under the temp dir: keep its path short (sun_path is 107 bytes).
-        temp_dir = f"/tmp/raynb-{os.getuid()}-{os.urandom(3).hex()}"
-        head = LocalHead(
-            supervisor_pid=0,
-            ports=dict(zip(_PORT_NAMES, _free_ports(len(_PORT_NAMES)), strict=True)),
-            temp_dir=temp_dir,
-            num_cpus=num_cpus,
-            num_gpus=num_gpus,
-            # Pinned, so head and client agree whatever ~/.ray holds (a token file there flips Ray 2.58 into token mode)
-            auth_mode="token" if auth else "disabled",
-            token_path=str(_new_token(d)) if auth else None,
-            ray_version=version("ray"),
-            python=".".join(map(str, sys.version_info[:2])),
-            started_at=time.time(),
-            dashboard=dashboard,
-            python_exe=sys.executable,
-            raynb_dir=str(Path(__file__).resolve().parents[1]),
-        )
+        why_cpus, pinned = "", cpus_pinned()
+        if num_cpus is None and pinned is not None:  # Ray reads quotas and cpusets, not affinity
+            num_cpus = pinned[0]
+            why_cpus = f": this process may run on {pinned[0]} of the machine's {pinned[1]} CPUs (its CPU affinity)"
+        head = _new_record(d, num_cpus=num_cpus, num_gpus=num_gpus, dashboard=dashboard, auth=auth)
         add_owner()
-        spec = d / "spec.json"
-        spec.write_text(
-            json.dumps(
-                {
-                    "command": _ray_start_command(head),
-                    "auth_mode": head.auth_mode,
-                    "token_path": head.token_path,
-                    "temp_dir": head.temp_dir,
-                    "gcs_address": head.gcs_address,
-                }
-            )
-        )
-        log = open(d / "head.log", "wb")  # noqa: SIM115 - handed to the child
-        # the head's `python` is this one, as in an activated venv: a Ray Job's entrypoint (raynb's agent) runs
-        # `python -m ...` through the shell, and must find this Ray, not the system's Python
-        path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
-        # gRPC's fork handlers off in the head's processes: Ray Client's proxy forks a server for each new client
-        # while its gRPC threads run, and with them on that server died at birth about one connect in five here
-        # (ray-project/ray#63202; the client then waits ~45 s before its next attempt)
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PATH": path, "GRPC_ENABLE_FORK_SUPPORT": "0"}
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "raynb._cluster.head_supervisor", "supervise", str(d)],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env=env,
-        )
-        log.close()
-        head.supervisor_pid = proc.pid
-        (d / "head.json").write_text(head.to_json())
+        proc = _spawn_supervisor(head, d)
         asked = [f"{n:g} {what}" for n, what in ((head.num_cpus, "CPUs"), (head.num_gpus, "GPUs")) if n is not None]
-        say(f"starting an embedded Ray head ({', '.join(asked) or 'the CPUs and GPUs Ray finds here'}) ...")
-        import_ray_train()  # while the head's processes boot: not on the first run's way (kernel_imports.py)
+        say(f"starting an embedded Ray head ({', '.join(asked) or 'the CPUs and GPUs Ray finds here'}{why_cpus}) ...")
+        if pinned is None or pinned[0] > 1:  # on one CPU the import would starve the booting GCS (RPC deadlines)
+            import_ray_train()  # while the head's processes boot: not on the first run's way (kernel_imports.py)
         t0 = time.monotonic()
-        while True:
-            if proc.poll() is not None:
-                clear_record(d)
-                raise ClusterStartError(
-                    "The embedded Ray head exited while starting.",
-                    saw=head_log_tail(),
-                    fix=f"read {d / 'head.log'}; `ray start --head` must work in this environment.",
-                )
-            if _port_open(head.ports["client_port"]) and _dashboard_ready(head):
-                break
-            if time.monotonic() - t0 > timeout:
-                stop_head(head)
-                raise ClusterStartError(
-                    f"The embedded Ray head did not answer within {timeout:.0f} s.",
-                    saw=head_log_tail(),
-                    fix="the machine may be overloaded; try again, or raise the timeout "
-                    "(%raycluster up --local --timeout 180).",
-                )
-            time.sleep(0.2)
+        _wait_ready(head, proc, d, timeout)
         say(f"embedded Ray head ready in {time.monotonic() - t0:.1f} s")
         return head
+
+
+def _reusable(d: Path, say: Callable[[str], None]) -> LocalHead | None:
+    """The running head if it can serve this kernel; one that cannot is stopped, unless runs still use it (the
+    caller holds the lock)."""
+    existing = find_head()
+    if existing is None or (why := why_unfit(existing)) is None:
+        return existing
+    if leases_active(d):
+        raise ClusterStartError(
+            f"The running embedded Ray head cannot serve this kernel: {why}.",
+            saw="runs still going on it",
+            fix="when they end (`%raytrain ls`), `python -m raynb._cluster.head_supervisor stop` stops it; "
+            "the next `up` starts a fresh one",
+        )
+    say(f"the running embedded Ray head cannot serve this kernel ({why}): stopping it to start a fresh one")
+    _stop(existing, d)
+    return None
+
+
+def _new_record(d: Path, *, num_cpus: int | None, num_gpus: int | None, dashboard: bool, auth: bool) -> LocalHead:
+    from importlib.metadata import version
+
+    return LocalHead(
+        supervisor_pid=0,
+        ports=dict(zip(PORT_NAMES, free_ports(len(PORT_NAMES)), strict=True)),
+        # Ray keeps unix sockets under the temp dir: keep its path short (sun_path is 107 bytes).
+        temp_dir=f"/tmp/raynb-{os.getuid()}-{os.urandom(3).hex()}",
+        num_cpus=num_cpus,
+        num_gpus=num_gpus,
+        # Pinned, so head and client agree whatever ~/.ray holds (a token file there flips Ray 2.58 into token mode)
+        auth_mode="token" if auth else "disabled",
+        token_path=str(_new_token(d)) if auth else None,
+        ray_version=version("ray"),
+        python=".".join(map(str, sys.version_info[:2])),
+        started_at=time.time(),
+        dashboard=dashboard,
+        python_exe=sys.executable,
+        raynb_dir=str(Path(__file__).resolve().parents[1]),
+    )
+
+
+def _spawn_supervisor(head: LocalHead, d: Path) -> subprocess.Popen[bytes]:
+    """Start the head's supervisor (which runs ``ray start``) in a session of its own, and record the head."""
+    spec = {
+        "command": ray_start_command(head),
+        "auth_mode": head.auth_mode,
+        "token_path": head.token_path,
+        "temp_dir": head.temp_dir,
+        "gcs_address": head.gcs_address,
+    }
+    (d / "spec.json").write_text(json.dumps(spec))
+    log = open(d / "head.log", "wb")  # noqa: SIM115 - handed to the child
+    # the head's `python` is this one, as in an activated venv: a Ray Job's entrypoint (raynb's agent) runs
+    # `python -m ...` through the shell, and must find this Ray, not the system's Python
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    # gRPC's fork handlers off in the head's processes: Ray Client's proxy forks a server for each new client
+    # while its gRPC threads run, and with them on that server died at birth about one connect in five here
+    # (ray-project/ray#63202; the client then waits ~45 s before its next attempt)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PATH": path, "GRPC_ENABLE_FORK_SUPPORT": "0"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "raynb._cluster.head_supervisor", "supervise", str(d)],
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env=env,
+    )
+    log.close()
+    head.supervisor_pid = proc.pid
+    (d / "head.json").write_text(head.to_json())
+    return proc
+
+
+def _wait_ready(head: LocalHead, proc: subprocess.Popen[bytes], d: Path, timeout: float) -> None:
+    """Wait until Ray Client and the dashboard answer; a head that exits or is too slow is stopped and named (the
+    caller holds the lock, so it is stopped here, not through ``stop_head``)."""
+    t0 = time.monotonic()
+    while not (_port_open(head.ports["client_port"]) and _dashboard_ready(head) and _ray_started(d)):
+        if proc.poll() is not None:
+            clear_record(d)
+            raise ClusterStartError(
+                "The embedded Ray head exited while starting.",
+                saw=head_log_tail(),
+                fix=f"read {d / 'head.log'}; `ray start --head` must work in this environment.",
+            )
+        if time.monotonic() - t0 > timeout:
+            _stop(head, d)
+            raise ClusterStartError(
+                f"The embedded Ray head did not answer within {timeout:g} s.",
+                saw=head_log_tail(),
+                fix="the machine may be overloaded; try again, or raise the timeout "
+                "(%raycluster up --local --timeout 180).",
+            )
+        time.sleep(0.2)
 
 
 def _dashboard_ready(head: LocalHead) -> bool:
@@ -345,6 +306,15 @@ def _dashboard_ready(head: LocalHead) -> bool:
 
     token = Path(head.token_path).read_text().strip() if head.token_path else None
     return dashboard_get(head.dashboard_url, "/api/version", timeout=1, token=token) is not None
+
+
+def _ray_started(d: Path) -> bool:
+    """``ray start`` has said its node is up: Ray Client's port opens before that, and a driver that connects in
+    between competes with the node's own registration (on one CPU its GCS calls missed their deadlines)."""
+    try:
+        return b"Ray runtime started." in (d / "head.log").read_bytes()
+    except FileNotFoundError:
+        return False
 
 
 def head_log_tail(n: int = 25) -> str:

@@ -1,6 +1,6 @@
-"""Ray Client connection: auth and version preflight, connect with retry, disconnect.
-
-Local and remote clusters take the same path: the notebook is always a Ray Client of the head.
+"""The kernel's process: Ray's token, auth and version preflight; the Ray Client connection (connect with retry,
+disconnect) to a cluster the kernel does not share a machine with. The embedded head is reached by a driver instead
+(``driver.py``); ``connection.py`` chooses.
 """
 
 from __future__ import annotations

@@ -70,8 +70,14 @@ def _ray_checks(cl: Cluster) -> list[Check]:
             cl.dashboard_url or "the head runs without a dashboard",
             ""
             if dash_ok
-            else 'install "ray[default]" where the head runs (and do not start it with '
-            "--no-dashboard / RAYNB_LOCAL_DASHBOARD=0)",
+            else 'install "ray[default]" where the head runs, and '
+            + (
+                "start it with its dashboard (not --no-dashboard / RAYNB_LOCAL_DASHBOARD=0)"
+                if cl.kind == "local"
+                else "give `up` its dashboard_url (%raycluster up --address ... --dashboard-url URL)"
+                if cl.kind == "address"
+                else "keep the head's dashboard (port 8265) on"
+            ),
         )
     )
     cluster_gpus = int(side().resources()["total"].get("GPU", 0))
@@ -81,7 +87,7 @@ def _ray_checks(cl: Cluster) -> list[Check]:
                 "GPUs",
                 "warn",
                 f"the machine has {facts['gpus_seen']} GPUs, the cluster offers {cluster_gpus}",
-                f"restart with %raycluster up --local --num-gpus {facts['gpus_seen']}",
+                _gpu_fix(cl.kind, facts["gpus_seen"]),
             )
         )
     else:
@@ -101,13 +107,23 @@ def _ray_checks(cl: Cluster) -> list[Check]:
                 f"{shm_gb:.1f} GiB on {facts['host']}",
                 ""
                 if shm_gb >= 1
-                else "mount a memory-backed /dev/shm (emptyDir medium: Memory) of a "
-                "few GiB: NCCL SHM and Ray's object store use it",
+                else "give the machine (or its container) a /dev/shm of a few GiB, e.g. `docker run --shm-size=8g`: "
+                "NCCL SHM and Ray's object store use it",
             )
         )
     nodes, mounts = cl.backend.storage_reach()
     settings = resolve_settings()
-    out.append(storage_check(settings.storage_path, nodes, every_nodes_mounts(mounts, settings.shared_mount_path)))
+    shared = every_nodes_mounts(mounts, settings.shared_mount_path)
+    out.append(storage_check(settings.storage_path, nodes, shared, cl.kind))
     nvls = WORKER_ENV_DEFAULTS.get("NCCL_NVLS_ENABLE")
     out.append(Check("NVLink multicast off for workers", "ok" if nvls == "0" else "warn", f"NCCL_NVLS_ENABLE={nvls}"))
     return out
+
+
+def _gpu_fix(kind: str, seen: int) -> str:
+    """How a cluster of ``kind`` comes to offer the ``seen`` GPUs its node has."""
+    if kind == "local":
+        return f"restart with %raycluster up --local --num-gpus {seen}"
+    if kind == "address":
+        return f"start Ray on that node with `ray start ... --num-gpus {seen}` (or check its CUDA_VISIBLE_DEVICES)"
+    return "request the GPUs in the pod spec (GPU_PER_NODE in the values file), then `%raycluster up --recreate`"

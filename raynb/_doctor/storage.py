@@ -12,7 +12,7 @@ from typing import Any
 from .._checks import Check
 from .._client import side
 from .._remote.tasks import read_file, write_file
-from .._runs.storage import SHARED_STORAGE_FIX, is_node_local
+from .._runs.storage import is_node_local, shared_storage_fix
 
 __all__ = ["storage_check", "storage_fix"]
 
@@ -20,24 +20,34 @@ NAME = "checkpoint storage"
 _DENIED = ("AccessDenied", "Forbidden", "InvalidAccessKeyId", "SignatureDoesNotMatch", "credentials", "403")
 
 
-def storage_fix(error: str, storage_path: str) -> str:
-    """What to do about ``error`` (a failed write or read on ``storage_path``)."""
+def storage_fix(error: str, storage_path: str, kind: str) -> str:
+    """What to do about ``error`` (a failed write or read on ``storage_path``) on a cluster of ``kind``."""
+    kube = kind == "kubernetes"
     if storage_path.startswith("s3://") and any(k in error for k in _DENIED):
         bucket = storage_path.removeprefix("s3://").split("/", 1)[0].split("?", 1)[0]
+        who = (
+            "set SERVICE_ACCOUNT (values file) to a service account bound to such a role by EKS Pod Identity or "
+            "IRSA, then `%raycluster up --recreate`"
+            if kube
+            else "give every node's instance role (or the AWS credentials its Ray processes see) those permissions"
+        )
         return (
-            f"the pods' IAM role must allow s3:PutObject, s3:GetObject, s3:DeleteObject and s3:ListBucket on "
-            f"{bucket}: set SERVICE_ACCOUNT (values file) to a service account bound to such a role by EKS Pod "
-            "Identity or IRSA, then `%raycluster up --recreate`"
+            f"the {'pods' if kube else 'nodes'}' IAM role must allow s3:PutObject, s3:GetObject, s3:DeleteObject "
+            f"and s3:ListBucket on {bucket}: {who}"
         )
     if storage_path.startswith("s3://"):
-        return "check the bucket's name and region (…?region=REGION in the storage path), and that the pods reach S3"
-    return (
-        "mount the path in every pod (SHARED_PVC and SHARED_MOUNT_PATH in the values file) and make it writable by "
-        "the Ray processes' user"
-    )
+        return "check the bucket's name and region (…?region=REGION in the storage path), and that the nodes reach S3"
+    if kube:
+        return (
+            "mount the path in every pod (SHARED_PVC and SHARED_MOUNT_PATH in the values file) and make it writable "
+            "by the Ray processes' user"
+        )
+    return "mount the path on every node and make it writable by the Ray processes' user, or " + shared_storage_fix(
+        kind
+    ).removeprefix("point ")
 
 
-def storage_check(storage_path: str | None, nodes: int, shared_mounts: tuple[str, ...]) -> Check:
+def storage_check(storage_path: str | None, nodes: int, shared_mounts: tuple[str, ...], kind: str) -> Check:
     """Write on a worker node, read on the head, and back (one node: both on it). Over Ray Client or through Ray
     Jobs."""
     if storage_path is None or is_node_local(storage_path, shared_mounts):
@@ -48,7 +58,7 @@ def storage_check(storage_path: str | None, nodes: int, shared_mounts: tuple[str
             NAME,
             "fail",
             f"{where} is each node's own disk on a cluster of {nodes} nodes: Ray Train cannot checkpoint there",
-            SHARED_STORAGE_FIX,
+            shared_storage_fix(kind),
         )
     alive = [n for n in side().resources()["nodes"] if n.get("Alive")]
     head = next((n for n in alive if n.get("Resources", {}).get("node:__internal_head__")), alive[0])
@@ -70,7 +80,10 @@ def storage_check(storage_path: str | None, nodes: int, shared_mounts: tuple[str
         err = on(src, write_file, storage_path, key, text)
         if err:
             return Check(
-                NAME, "fail", f"{storage_path}: writing on {src_name} failed: {err}", storage_fix(err, storage_path)
+                NAME,
+                "fail",
+                f"{storage_path}: writing on {src_name} failed: {err}",
+                storage_fix(err, storage_path, kind),
             )
         got, err = on(dst, read_file, storage_path, key, True)
         if err or got != text:
@@ -79,7 +92,7 @@ def storage_check(storage_path: str | None, nodes: int, shared_mounts: tuple[str
                 NAME,
                 "fail",
                 f"{storage_path}: written on {src_name}, but reading it on {dst_name} failed: {why}",
-                storage_fix(why, storage_path),
+                storage_fix(why, storage_path, kind),
             )
     both = "a worker node and the head" if worker is not head else "the only node"
     return Check(NAME, "ok", f"{storage_path}: a file written and read back on {both}")

@@ -125,6 +125,11 @@ class Reporter:
             self.dropped += 1
         self._q.append(rec)
 
+    @property
+    def step(self) -> float:
+        """The step of this rank's latest record."""
+        return self._step
+
     def add_sample(self, sample: dict[str, Any]) -> None:
         """A measurement that is not a step (a GPU sample): stamped with the latest step, counting none."""
         self._q.append({**self.tags, **sample, "rank": self.rank, "step": self._step, "time": time.time()})

@@ -160,7 +160,10 @@ def _patch_train_report(rep: metrics.Reporter, *, fast: bool = True) -> Callable
         bound = signature.bind(*args, **kwargs)  # a call Ray would refuse is refused the same way
         rep.add(dict(bound.arguments["metrics"]))
         if not fast or set(bound.arguments) != {"metrics"}:
-            return original(*args, **kwargs)
+            out = original(*args, **kwargs)
+            if bound.arguments.get("checkpoint") is not None:  # written; Ray's controller registers it at its next poll
+                rep.event({"kind": "checkpoint", "rank": rep.rank, "step": rep.step})
+            return out
         return None
 
     report.__doc__ = original.__doc__

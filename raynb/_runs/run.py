@@ -20,13 +20,13 @@ from typing import Any, Literal
 
 from .._client import side
 from .._client.run_channel import echo_logs
-from .._current import active_run, ending, set_active, wait_for_ending
+from .._current import active_run, current, ending, set_active, wait_for_ending
 from .._settings import Settings
 from .._shared.progress import Progress
 from .._shared.run_spec import RunSpec
 from .._shared.seam import RunChannel
 from .._shared.worker_env import launcher_env
-from ..errors import UsageError
+from ..errors import UsageError, up_again
 from .early_failure import FAILED_EARLY, WIND_DOWN_S, EarlyFailure
 from .journal import remember
 from .metrics_table import metrics_table
@@ -189,7 +189,8 @@ class Run:
 
     def raise_for_status(self) -> Run:
         """Raise :class:`TrainingFailedError` / :class:`RunAborted` unless the run succeeded."""
-        raise_unless_succeeded(self)
+        cl = current()
+        raise_unless_succeeded(self, up_again(cl.kind if cl else None, cl.name if cl else None))
         return self
 
     def __repr__(self) -> str:

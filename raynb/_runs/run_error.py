@@ -101,9 +101,9 @@ def format_frames(frames: list[dict[str, Any]], cell_file: str | None, cell_sour
     return lines
 
 
-def raise_unless_succeeded(run: Any) -> None:
+def raise_unless_succeeded(run: Any, reconnect: str) -> None:
     """Raise :class:`TrainingFailedError` / :class:`RunAborted` / :class:`ConnectError` for a run that did not
-    succeed: what went wrong and the next step."""
+    succeed: what went wrong and the next step (``reconnect``: the ``up`` that reaches its cluster again)."""
     from ..errors import ConnectError, RunAborted, TrainingFailedError
 
     if run.status == "failed":
@@ -123,6 +123,5 @@ def raise_unless_succeeded(run: Any) -> None:
         raise ConnectError(
             f"This kernel lost its connection to the cluster at step {run.step} of run {run.name}; the run "
             "goes on there.",
-            fix=f"reconnect (`%raycluster up` with the same values reuses the cluster), then `%raytrain attach "
-            f"{run.name}`.",
+            fix=f"reconnect ({reconnect}), then `%raytrain attach {run.name}`.",
         )

@@ -12,18 +12,26 @@ from pathlib import PurePosixPath
 
 from ..errors import UsageError
 
-__all__ = ["is_node_local", "check_reachable_by_every_node", "run_dir"]
+__all__ = ["is_node_local", "check_reachable_by_every_node", "run_dir", "shared_storage_fix"]
 
 #: URI schemes pyarrow's filesystems serve from anywhere (Ray Train's storage layer).
 SHARED_SCHEMES = ("s3://", "gs://", "gcs://", "abfs://", "abfss://", "hdfs://", "az://")
 
 
-#: how a cluster gets storage every node reaches (the refusal below and the doctor's storage check say it)
-SHARED_STORAGE_FIX = (
-    "give the cluster shared storage in its values file, e.g. STORAGE_PATH=s3://my-bucket/ray (with "
-    "SERVICE_ACCOUNT for pod IAM), or SHARED_PVC=<an EFS / FSx for Lustre claim> with "
-    "STORAGE_PATH=<its SHARED_MOUNT_PATH>/ray, then `%raycluster up --recreate`"
-)
+def shared_storage_fix(kind: str) -> str:
+    """How a cluster of ``kind`` ("kubernetes", "local", "address") gets storage every node reaches: a RayCluster from
+    its values file; a cluster raynb did not start (or nodes joined to the embedded head) from the run's settings."""
+    if kind == "kubernetes":
+        return (
+            "give the cluster shared storage in its values file, e.g. STORAGE_PATH=s3://my-bucket/ray (with "
+            "SERVICE_ACCOUNT for pod IAM), or SHARED_PVC=<an EFS / FSx for Lustre claim> with "
+            "STORAGE_PATH=<its SHARED_MOUNT_PATH>/ray, then `%raycluster up --recreate`"
+        )
+    return (
+        "point the run's storage at a place every node reaches: `%config RayNB.storage_path = 's3://my-bucket/ray'` "
+        "(or RAYNB_STORAGE_PATH, or run_config=RunConfig(storage_path=...)), or a path on a volume every node mounts "
+        "(NFS, EFS, FSx) declared with `%config RayNB.shared_mount_path = '/mnt/shared'` (or RAYNB_SHARED_MOUNT_PATH)"
+    )
 
 
 def is_node_local(storage_path: str | None, shared_mounts: Sequence[str] = ()) -> bool:
@@ -44,7 +52,12 @@ def every_nodes_mounts(backend_mounts: Sequence[str], declared: str | None) -> t
 
 
 def check_reachable_by_every_node(
-    storage_path: str | None, *, nodes: int, shared_mounts: Sequence[str] = (), checkpoints: bool = True
+    storage_path: str | None,
+    *,
+    nodes: int,
+    kind: str,
+    shared_mounts: Sequence[str] = (),
+    checkpoints: bool = True,
 ) -> None:
     """Refuse a run whose checkpoints would be stranded on one node of a multi-node cluster (``checkpoints=False``:
     the run never checkpoints, so it does not matter)."""
@@ -57,7 +70,8 @@ def check_reachable_by_every_node(
         saw="storage_path: "
         + (storage_path or "unset")
         + (f"; shared mounts: {', '.join(shared_mounts)}" if shared_mounts else "; no shared volume is mounted"),
-        fix=SHARED_STORAGE_FIX + "; a run that never saves checkpoints can say so: `%%raytrain --checkpoints false` "
+        fix=shared_storage_fix(kind)
+        + "; a run that never saves checkpoints can say so: `%%raytrain --checkpoints false` "
         "(raynb.train(..., checkpoints=False))",
     )
 

@@ -143,7 +143,9 @@ def _start_payload(
     if cl is not None:  # before any worker starts: checkpoints stranded on one node fail only after every step
         nodes, mounts = cl.backend.storage_reach()
         shared = every_nodes_mounts(mounts, settings.shared_mount_path)
-        check_reachable_by_every_node(storage_path, nodes=nodes, shared_mounts=shared, checkpoints=settings.checkpoints)
+        check_reachable_by_every_node(
+            storage_path, nodes=nodes, kind=cl.kind, shared_mounts=shared, checkpoints=settings.checkpoints
+        )
     spec = RunSpec(
         workers=settings.workers,
         gpu=settings.gpu,

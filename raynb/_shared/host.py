@@ -10,7 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
-__all__ = ["lease", "leases_active", "count_gpus"]
+__all__ = ["lease", "leases_active", "count_gpus", "cpus_pinned"]
 
 
 def lease(leases_dir: str, key: str, seconds: float) -> None:
@@ -47,3 +47,27 @@ def count_gpus(*, respect_visible: bool = True) -> int:
         if out.returncode == 0:
             return len([ln for ln in out.stdout.splitlines() if ln.startswith("GPU ")])
     return 0
+
+
+def cpus_pinned() -> tuple[int, int] | None:
+    """``(usable, machine)`` where this process may run on fewer CPUs than the machine has (its affinity: ``taskset``,
+    a scheduler's cpuset), else None. Ray reads a cgroup's quota and cpuset, not a process's affinity; ``usable`` is
+    the smaller of the affinity and the cgroup's CPU quota, so it never offers more than Ray would."""
+    machine = os.cpu_count() or 1
+    allowed = len(os.sched_getaffinity(0))
+    if allowed >= machine:
+        return None
+    quota = _cgroup_cpu_quota()
+    return max(1, int(min(allowed, quota if quota is not None else allowed))), machine
+
+
+def _cgroup_cpu_quota() -> float | None:
+    """This process's cgroup CPU quota in CPUs (cgroup v2's cpu.max, else v1's cfs quota), None where unlimited."""
+    with contextlib.suppress(OSError, ValueError):
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
+        return None if quota == "max" else int(quota) / int(period)
+    with contextlib.suppress(OSError, ValueError):
+        v1 = Path("/sys/fs/cgroup/cpu")
+        quota_us = int((v1 / "cpu.cfs_quota_us").read_text())
+        return None if quota_us <= 0 else quota_us / int((v1 / "cpu.cfs_period_us").read_text())
+    return None

@@ -13,6 +13,7 @@ from .._shared import series as S
 from .._shared.cost import PRICE_BASIS, usd
 from .._shared.picture import RANK_LINES, Aggregate
 from .._shared.progress import PACE_STEPS, Progress, Stall, progress, stall
+from .restart_text import restart_text
 from .svg import line_chart
 
 if TYPE_CHECKING:
@@ -40,35 +41,13 @@ def clock(seconds: float) -> str:
 def _status_text(run: ViewedRun) -> str:
     phase = run.phase
     if run.attempt > 1:  # Ray Train restarted the workers after a failure (max_failures)
-        return f"{phase}, attempt {run.attempt} of {run.spec.max_failures + 1} ({_restart_text(run)})"
+        return f"{phase}, attempt {run.attempt} of {run.spec.max_failures + 1} ({restart_text(run, aggregate_of(run).restarts)})"
     if phase == "aborted":
         at, why = getattr(run, "aborted_at_step", None), getattr(run, "aborted_why", None)
         return f"aborted at step {run.step if at is None else at}" + (f" ({why})" if why else "")
     if phase == "detached":
         return "connection lost: the run goes on on the cluster"
     return phase
-
-
-def _restart_text(run: ViewedRun) -> str:
-    """``restarted after rank 1 on node-a failed: Worker unexpectedly exits ... SIGKILL; resumed at step 5``."""
-    restart = next((e for e in reversed(run.events) if e.get("kind") == "restart"), None)
-    failed = [e for e in run.events if e.get("kind") == "worker_error" and e.get("attempt") == run.attempt - 1]
-    if restart and restart.get("lost"):
-        lost = restart["lost"][0]
-        why = lost["why"].splitlines()[0][:160] if lost["why"] else "no reason given"
-        if lost.get("node_lost"):  # the whole node went, with every rank on it
-            ranks = sorted(x["rank"] for x in restart["lost"] if x.get("node_lost") == lost["node_lost"])
-            on = f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
-            what = f"node {lost['node']} ({lost['node_lost']}) was lost with {on}: {why}"
-        else:
-            what = f"rank {lost['rank']} on {lost['node']} died: {why}"
-    elif failed:
-        first = min(failed, key=lambda e: e["rank"])
-        what = f"rank {first['rank']} on {first['node']} raised {first['type']}: {str(first['message'])[:120]}"
-    else:
-        what = "a worker failed"
-    resumed = [x for x, a in aggregate_of(run).restarts if a == run.attempt]
-    return f"restarted after {what}" + (f"; resumed at step {resumed[0]:g}" if resumed else "")
 
 
 def _fmt_num(v: float | None) -> str:

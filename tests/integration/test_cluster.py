@@ -220,6 +220,43 @@ def test_a_head_in_a_container_limited_to_one_cpu_offers_one(tmp_path: Path) -> 
     assert out["ray_train_imported"] is True, out
 
 
+SLOW_HEAD_SCRIPT = textwrap.dedent("""
+    import faulthandler, json, time
+    from raynb._cluster import embedded_head as local
+    from raynb.errors import ClusterStartError
+
+    faulthandler.dump_traceback_later(100, exit=True)  # a hang prints where it hangs, and ends
+    t0 = time.monotonic()
+    try:
+        local.start_head(timeout=0.5, dashboard=False, auth=False)
+        out = {"said": "started"}
+    except ClusterStartError as e:
+        out = {"said": e.what}
+    out.update(s=time.monotonic() - t0, left=local.find_head() is not None)
+    print("RESULT " + json.dumps(out))
+""")
+
+
+def test_a_head_too_slow_to_answer_ends_up_in_an_error_not_a_hang(tmp_path: Path) -> None:
+    """A head that does not answer within `up`'s timeout (a loaded machine) is stopped and named, within a bounded
+    time: it hung forever once, `stop_head` taking the file lock `start_head` held."""
+    env = {**os.environ, "RAYNB_HOME": str(tmp_path / "home")}
+    out = script_result(SLOW_HEAD_SCRIPT, [], env, timeout=150)
+    assert out["said"] == "The embedded Ray head did not answer within 0.5 s.", out
+    assert out["s"] < 60 and out["left"] is False, out  # the stop is bounded (15 s + 5 s) and complete
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs a second CPU to leave out")
+def test_a_kernel_pinned_to_one_cpu_gets_a_one_cpu_head(tmp_path: Path) -> None:
+    """A kernel confined by `taskset -c 0` (as schedulers and some containers pin processes): Ray reads a cgroup's
+    quota and cpuset but not a process's affinity, so raynb offers the CPUs the kernel may use, and says why."""
+    env = {**os.environ, "RAYNB_HOME": str(tmp_path / "home"), "RAYNB_LOCAL_DASHBOARD": "0", "RAYNB_LOCAL_AUTH": "0"}
+    env["RAYNB_CONNECT_TIMEOUT_S"] = "120"
+    out = script_result(LIMITED_SCRIPT, [], env, timeout=300, wrapper=("taskset", "-c", "0"))
+    assert out["cpus"] == 1.0 and out["status"] == 1.0, out
+    assert any("1 CPUs: this process may run on 1 of the machine's" in m for m in out["said"]), out["said"]
+
+
 def test_a_cluster_reached_by_address_is_used_and_left_running(cluster: raynb.Cluster) -> None:
     """A running cluster raynb did not start, by its Ray Client address and token file (the session's head, reached
     as any running cluster would be): connected with raynb shipped along, its status, the doctor's tasks on it and its

@@ -34,7 +34,6 @@ SCRIPT = textwrap.dedent("""
     from raynb.errors import UsageError
     from raynb._client.cluster_side import run_task
     from raynb._cluster.processes import kill_all, pids_naming
-    from raynb._settings import resolve
     address, storage, node_dirs = sys.argv[1], sys.argv[2], sys.argv[3:]
     out = {}
     c = raynb.up(address=address, progress=lambda m: None)
@@ -65,13 +64,20 @@ SCRIPT = textwrap.dedent("""
         (check,) = [c for c in raynb.doctor().checks if c.name == "checkpoint storage"]
         return {"state": check.state, "detail": check.detail, "fix": check.fix}
 
-    os.environ["RAYNB_STORAGE_PATH"] = storage
+    # from here on the settings come from `%config RayNB` in an IPython shell, as a notebook's would: the Python API
+    # and the doctor read them as the magics do
+    from IPython.core.interactiveshell import InteractiveShell
+
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "raynb")
+    ip.run_line_magic("config", f"RayNB.storage_path = {storage!r}")
     out["doctor_s3"] = storage_check()
-    os.environ["RAYNB_STORAGE_PATH"] = "/tmp/raynb-said-to-be-shared/runs"  # said to be shared: it is not
-    os.environ["RAYNB_SHARED_MOUNT_PATH"] = "/tmp/raynb-said-to-be-shared"
+    ip.run_line_magic("config", "RayNB.storage_path = '/tmp/raynb-said-to-be-shared/runs'")  # said to be shared:
+    ip.run_line_magic("config", "RayNB.shared_mount_path = '/tmp/raynb-said-to-be-shared'")  # it is not
     out["doctor_tmp"] = storage_check()
     out["worker_node"] = worker["NodeID"]
-    del os.environ["RAYNB_STORAGE_PATH"], os.environ["RAYNB_SHARED_MOUNT_PATH"]
+    ip.run_line_magic("config", f"RayNB.storage_path = {storage!r}")
+    ip.run_line_magic("config", "RayNB.shared_mount_path = None")
 
     def resumable(config):
         import json, tempfile, time
@@ -93,8 +99,8 @@ SCRIPT = textwrap.dedent("""
                 checkpoint = ray.train.Checkpoint.from_directory(d) if keep else None
                 ray.train.report({"step": step, "loss": 1.0 / (step + 1), "node": node}, checkpoint=checkpoint)
 
-    settings = resolve({"workers": 2, "storage_path": storage, "max_failures": 1})
-    run = raynb.train(resumable, settings=settings, display=False, name="node-loss", wait=False)
+    # storage from `%config` alone: the default (~/ray_results) would be refused on these 3 nodes
+    run = raynb.train(resumable, workers=2, max_failures=1, display=False, name="node-loss", wait=False)
     while run.step < 6 and not run.done():
         time.sleep(0.1)
     out["launcher_node"] = ray.get(run._channel.launcher.node.remote())  # and so Train's controller
@@ -112,6 +118,7 @@ SCRIPT = textwrap.dedent("""
     out["metrics"] = run.metrics[["rank", "step", "attempt", "node"]].to_dict("records")
     out["error"] = str(run.error)[:3000] if run.error else None
     out["checkpoint"] = (run.result or {}).get("checkpoint")
+    out["checkpoints"] = [[e["attempt"], e["step"]] for e in run.events if e["kind"] == "checkpoint"]
     started = {(e["rank"], e["attempt"]): e["node_id"] for e in run.events if e["kind"] == "worker_started"}
     done = [e for e in run.events if e["kind"] == "worker_done"]
     out["paths"] = [[started.get((e["rank"], e["attempt"])), e.get("metrics_over")] for e in done]
@@ -183,6 +190,9 @@ def test_nodes_with_disks_of_their_own_and_one_lost_mid_run(tmp_path: Path) -> N
     refused = out["refused"]
     assert refused is not None and "This cluster has 3 nodes" in refused["what"], out
     assert "--checkpoints false" in refused["fix"]
+    # a cluster reached by address: the settings that work there, not a values file's
+    assert "%config RayNB.storage_path" in refused["fix"] and "RAYNB_SHARED_MOUNT_PATH" in refused["fix"], refused
+    assert "SHARED_PVC" not in refused["fix"] and "--recreate" not in refused["fix"], refused
 
     s3_check, tmp_check = out["doctor_s3"], out["doctor_tmp"]
     assert s3_check["state"] == "ok" and "read back on a worker node and the head" in s3_check["detail"], s3_check
@@ -191,7 +201,7 @@ def test_nodes_with_disks_of_their_own_and_one_lost_mid_run(tmp_path: Path) -> N
     detail = tmp_check["detail"]
     assert detail.startswith("/tmp/raynb-said-to-be-shared/runs: written on ") and "but reading it on" in detail
     assert f"a worker node ({worker} at " in detail, detail  # which node, and the path
-    assert "mount the path in every pod" in tmp_check["fix"]
+    assert "mount the path on every node" in tmp_check["fix"] and "pod" not in tmp_check["fix"], tmp_check
 
     # the node lost mid-run; the run's launcher, where Ray Train's controller runs, on the head (were it on the node
     # lost, the run would go with it: one round in four here before it was pinned)
@@ -210,7 +220,10 @@ def test_nodes_with_disks_of_their_own_and_one_lost_mid_run(tmp_path: Path) -> N
     banner = out["banner"]
     assert "attempt 2 of 2 (restarted after node " in banner, banner
     assert f"({lost[:8]} at " in banner and ") was lost with rank" in banner, banner
-    assert f"resumed at step {resumed_at}" in banner, banner
+    assert f"resumed at step {resumed_at} from step {resumed_at - 1}'s checkpoint" in banner, banner
+    # a checkpoint written after that one, which Ray Train had not registered when the node went, is named
+    newer = [step for attempt, step in out["checkpoints"] if attempt == 1 and step >= resumed_at]
+    assert (f"step {max(newer)}'s checkpoint was written" in banner) == bool(newer), (banner, out["checkpoints"])
     # how each finishing rank's batches reached the run's sink (on the head): over its socket from the head's node,
     # a Ray call each from the others (a socket is a file of its node: each node here has its own /tmp)
     assert out["paths"], out

@@ -90,6 +90,31 @@ def test_a_run_restarted_after_its_node_was_lost_names_the_node_and_its_ranks() 
     )
 
 
+def test_a_resumed_attempt_says_which_checkpoint_and_that_a_newer_one_was_not_registered() -> None:
+    """Ray Train resumes from the newest checkpoint its controller registered: step 8's, written a second before the
+    node went, was not yet, and steps 5-8 run again -- said, so that it does not look like lost work."""
+    from raynb.display.restart_text import resumed_text
+
+    def written(*steps: int, attempt: int = 1) -> list[dict]:
+        return [{"kind": "checkpoint", "rank": 0, "step": s, "attempt": attempt} for s in steps]
+
+    late = resumed_text(5, written(2, 4, 6, 8), attempt=2)
+    assert late.startswith("resumed at step 5 from step 4's checkpoint (step 8's checkpoint was written, but Ray Train")
+    assert "steps 5-8 run again" in late
+    assert resumed_text(9, written(4, 8), attempt=2) == "resumed at step 9 from step 8's checkpoint"
+    assert resumed_text(0, written(3), attempt=2).startswith("resumed at step 0 from the start (step 3's")
+    assert resumed_text(5, [], attempt=2) == "resumed at step 5"  # no checkpoint seen (an earlier raynb's workers)
+    # only the attempt before counts: attempt 1's checkpoints say nothing of where attempt 3 began
+    assert (
+        resumed_text(11, written(4, 12) + written(10, attempt=2), attempt=3)
+        == "resumed at step 11 from step 10's checkpoint"
+    )
+    records = [{"rank": 0, "step": s, "loss": 1.0, "time": 100.0 + s, "attempt": 1} for s in range(9)]
+    records += [{"rank": 0, "step": s, "loss": 1.0, "time": 120.0 + s, "attempt": 2} for s in range(5, 9)]
+    run = fake_run(records, attempt=2, max_failures=1, events=written(4, 8))
+    assert "resumed at step 5 from step 4's checkpoint (step 8's" in render_bundle(run)["text/plain"]
+
+
 class _Handle:
     def __init__(self) -> None:
         self.updates = 0

@@ -101,3 +101,28 @@ def test_flags_parse_to_the_option_types() -> None:
     u = cluster_parser().parse_args(["up", "--num-gpus", "2", "--no-dashboard", "--namespace", "ns"])
     assert (u.local_num_gpus, u.local_dashboard, u.kube_namespace) == (2, False, "ns")
     assert cluster_parser().parse_args(["up"]).local_dashboard is None  # unset: the next layer decides
+
+
+def test_config_in_a_shell_reaches_every_entry_point(monkeypatch) -> None:
+    """`%config RayNB.<name>` set in a real IPython shell is the layer every call resolves against -- the Python API,
+    the doctor, attach and bench read ``_current.resolve_settings`` as the magics do -- below a call's own flags and
+    above the environment; unloading the extension takes the layer away."""
+    from IPython import get_ipython
+    from IPython.testing.globalipapp import start_ipython
+
+    from raynb._current import resolve_settings
+
+    monkeypatch.setenv("RAYNB_STORAGE_PATH", "/from/the/environment")
+    ip = start_ipython() or get_ipython()  # one global test shell per process
+    ip.run_line_magic("load_ext", "raynb")
+    try:
+        ip.run_line_magic("config", "RayNB.storage_path = '/shared/runs'")
+        ip.run_line_magic("config", "RayNB.workers = 3")
+        s = resolve_settings()
+        assert (s.storage_path, s.workers) == ("/shared/runs", 3)
+        assert resolve_settings({"workers": 5}).workers == 5  # a call's own argument wins
+    finally:  # the global shell keeps its config for the next test's RayNB: set back
+        ip.run_line_magic("config", "RayNB.storage_path = None")
+        ip.run_line_magic("config", "RayNB.workers = None")
+        ip.run_line_magic("unload_ext", "raynb")
+    assert resolve_settings().storage_path == "/from/the/environment"
