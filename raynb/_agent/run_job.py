@@ -16,6 +16,7 @@ from typing import Any
 
 from .._client import cluster_side as side
 from .._client.run_channel import echo_logs
+from .._shared.outcome import RunStatus
 
 __all__ = ["main", "ENTRYPOINT", "submission_id"]
 
@@ -53,10 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     outcome, _at = channel.outcome()
     ended.set()
     echo.join(timeout=30)
-    status = outcome.get("status", "?")
-    how = f": {outcome['error_type']}: {outcome.get('message', '')}" if outcome.get("error_type") else ""
-    print(f"raynb: run {name} {status}{how}", flush=True)
-    return 0 if status == "succeeded" else 1
+    how = f": {outcome.error_type}: {outcome.message}" if outcome.error_type else ""
+    print(f"raynb: run {name} {outcome.status.value}{how}", flush=True)
+    return 0 if outcome.status is RunStatus.SUCCEEDED else 1
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from typing import Any
 
 from .._client import cluster_side as side
 from .._client.run_channel import RunChannel
+from .._shared.outcome import Outcome
 from .._shared.wire import HOST_ENV, LISTENING, PORT_ENV, PREFIX, SECRET_ENV, dumps, loads
 from ..errors import RaynbError
 
@@ -46,7 +47,7 @@ class Agent:
 
     def __init__(self) -> None:
         self.channels: dict[str, RunChannel] = {}
-        self.outcomes: dict[str, concurrent.futures.Future[tuple[dict[str, Any], float | None]]] = {}
+        self.outcomes: dict[str, concurrent.futures.Future[tuple[Outcome, float | None]]] = {}
         self.last_call = time.monotonic()
         self.warm: dict[str, Any] = {}  # warm group id -> its mailbox (a WarmChannel of the Ray Client seam)
         self.touched: dict[str, float] = {}  # warm group id -> when its kernel last said it is there
@@ -66,7 +67,7 @@ class Agent:
             "outcome": self.outcome,
             "entry": lambda name, timeout_s=None: self._channel(name).entry(timeout_s),
             "stop": lambda name, step=None: self._channel(name).stop(step),
-            "failed": lambda name, outcome: self._channel(name).failed(outcome),
+            "failed": lambda name, outcome: self._channel(name).failed(Outcome.from_wire(outcome)),
             "picture": lambda name, version, events_seen, timeout_s, since=None: self._channel(name).picture(
                 version, events_seen, timeout_s, since
             ),
@@ -181,7 +182,7 @@ class Agent:
             outcome, at = self.outcomes[name].result(timeout=wait_s)
         except concurrent.futures.TimeoutError:
             return {"ended": False}
-        return {"ended": True, "outcome": outcome, "at": at}
+        return {"ended": True, "outcome": outcome.to_wire(), "at": at}
 
     def _channel(self, name: str) -> RunChannel:
         if name not in self.channels and self.find_run(name) is None:
@@ -190,7 +191,7 @@ class Agent:
 
     def _follow(self, name: str) -> None:
         """Wait for the run's end in a thread of its own, so an ``outcome`` call only looks."""
-        future: concurrent.futures.Future[tuple[dict[str, Any], float | None]] = concurrent.futures.Future()
+        future: concurrent.futures.Future[tuple[Outcome, float | None]] = concurrent.futures.Future()
         channel = self.channels[name]
 
         def wait() -> None:

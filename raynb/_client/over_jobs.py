@@ -14,6 +14,7 @@ import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn, TypeVar
 
+from .._shared.outcome import Outcome
 from .._shared.wire import PREFIX, dumps, loads
 from ..errors import ConnectError, UsageError
 
@@ -198,11 +199,11 @@ class JobsRunChannel:
     def launch(self, payload: bytes, config: dict[str, Any], spec: dict[str, Any]) -> None:
         self.side.call("launch", name=self.name, payload=payload, config=pickle.dumps(config, protocol=4), spec=spec)
 
-    def outcome(self) -> tuple[dict[str, Any], float | None]:
+    def outcome(self) -> tuple[Outcome, float | None]:
         while True:
             answer = self.side.call("outcome", timeout=40, name=self.name, wait_s=10.0)
             if answer["ended"]:
-                return answer["outcome"], answer["at"]
+                return Outcome.from_wire(answer["outcome"]), answer["at"]
 
     def entry(self, timeout: float | None = None) -> dict[str, Any] | None:
         found: dict[str, Any] | None = self.side.call(
@@ -213,8 +214,8 @@ class JobsRunChannel:
     def stop(self, step: int | None = None) -> None:
         self.side.call("stop", name=self.name, step=step)
 
-    def failed(self, outcome: dict[str, Any]) -> None:
-        self.side.call("failed", name=self.name, outcome=outcome)
+    def failed(self, outcome: Outcome) -> None:
+        self.side.call("failed", name=self.name, outcome=outcome.to_wire())
 
     def picture(
         self, version: int, events_seen: int, timeout: float, since: dict[int, tuple[int, int]] | None = None

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .._shared.outcome import Outcome
 from .._shared.picture import log_line
 from . import handles
 
@@ -48,7 +49,7 @@ class RunChannel:
         """Start ``fit()`` in the launcher (returns at once); ``spec`` is what the launcher needs besides the cell."""
         self._fit = self.launcher.fit.remote(payload, config, {**spec, "registry": self.registry}, self.sink)
 
-    def outcome(self) -> tuple[dict[str, Any], float | None]:
+    def outcome(self) -> tuple[Outcome, float | None]:
         """Block until the run ends: how it ended and when (None: now). A run this kernel launched answers from its
         ``fit()`` (or, where that call ends with its actor, from the registry, which then says how the run ended for every
         kernel); one found in the registry from the registry. Raises if the cluster goes."""
@@ -58,12 +59,12 @@ class RunChannel:
             try:
                 while (answer := self._fit_answer(WAIT_S)) is None:
                     pass
-                return answer, None
+                return Outcome.from_wire(answer), None
             except ray.exceptions.RayActorError:
                 pass  # the launcher stopped, lost or out of reach for a moment: the registry tells which, and records it
         while (info := self._registry_wait(WAIT_S)) is None:
             pass
-        return info.get("outcome") or {"status": info["status"]}, info.get("ended")
+        return Outcome.from_wire(info.get("outcome") or {"status": info["status"]}), info.get("ended")
 
     # each wait is short, so that a kernel disconnecting never waits long for this call to leave the gate
     @handles.calls_ray
@@ -100,12 +101,12 @@ class RunChannel:
                 ray.kill(self.launcher, no_restart=True)
 
     @handles.calls_ray
-    def failed(self, outcome: dict[str, Any]) -> None:
+    def failed(self, outcome: Outcome) -> None:
         """The registry records the run failed now (every kernel, ``down`` and ``ls`` see it); ``fit()``'s own outcome
         follows when Ray Train has wound the run down."""
         import ray
 
-        ray.get(self.registry.finished.remote(self.name, outcome), timeout=10)
+        ray.get(self.registry.finished.remote(self.name, outcome.to_wire()), timeout=10)
 
     # --- the run's sink ---------------------------------------------------------------------------------------------
     def _read(self, method: str, *args: Any, timeout: float | None = None) -> Any:

@@ -20,10 +20,13 @@ from __future__ import annotations
 import os
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 from .._shared.host import lease
+from .._shared.outcome import Outcome, RunStatus
 from .._shared.seam import SPARE_TTL_S
+from .._shared.worker_info import WorkerInfo
 from .detached import leave
 from .train_processes import start_ahead
 
@@ -115,7 +118,7 @@ class Launcher:
             kwargs = trainer_kwargs_from(kwargs["plain"])
         # the controller's and workers' processes start now, side by side (before this process imports torch, if the
         # spare's warm-up has not yet)
-        info = {**spec["worker_info"], "started_ahead_env": start_ahead(kwargs)}
+        info = replace(WorkerInfo.from_wire(spec["worker_info"]), started_ahead_env=start_ahead(kwargs))
         from ray.train.torch import TorchTrainer
 
         def train_loop_per_worker(cfg: dict[str, Any]) -> None:
@@ -129,21 +132,21 @@ class Launcher:
             result = trainer.fit()
         except Exception as e:  # noqa: BLE001 - everything is reported back as data
             failures = {int(r): f"{type(x).__name__}: {x}" for r, x in getattr(e, "worker_failures", {}).items()}
-            return {
-                "status": "failed",
-                "error_type": type(e).__name__,
-                "message": str(e)[:4000],
-                "failures": failures,
-                "seconds": time.time() - t0,
-            }
+            return Outcome(
+                RunStatus.FAILED,
+                seconds=time.time() - t0,
+                error_type=type(e).__name__,
+                message=str(e)[:4000],
+                failures=failures,
+            ).to_wire()
         ckpt = getattr(result, "checkpoint", None)
-        return {
-            "status": "succeeded",
-            "seconds": time.time() - t0,
-            "metrics": result.metrics,
-            "checkpoint": getattr(ckpt, "path", None),
-            "path": getattr(result, "path", None),
-        }
+        return Outcome(
+            RunStatus.SUCCEEDED,
+            seconds=time.time() - t0,
+            metrics=result.metrics,
+            checkpoint=getattr(ckpt, "path", None),
+            path=getattr(result, "path", None),
+        ).to_wire()
 
 
 def _train_coordinator() -> None:

@@ -25,6 +25,7 @@ import os
 import time
 from typing import Any
 
+from .._shared.outcome import Outcome, RunStatus
 from .._shared.run_notice import Notice, notice_of, patch_body
 from .._shared.seam import ACTIVE, KEEP_FINISHED
 from .kube_notice import NoticeRefused, PodIdentity, patch_raycluster
@@ -69,7 +70,13 @@ class RunRegistry:
             if self._runs[name]["status"] in ACTIVE:
                 return self._runs[name]
             await self.remove(name)
-        self._runs[name] = {**info, "name": name, "status": "running", "started": time.time(), "ended": None}
+        self._runs[name] = {
+            **info,
+            "name": name,
+            "status": RunStatus.RUNNING.value,
+            "started": time.time(),
+            "ended": None,
+        }
         self._handles[name] = (launcher, sink)
         self._changed[name] = asyncio.Event()
         await self._forget_old()
@@ -166,11 +173,12 @@ class RunRegistry:
         run = self._runs.get(name)
         if run is None:
             return
+        ended = Outcome.from_wire(outcome)
         if run["status"] not in ACTIVE:
-            if (run.get("outcome") or {}).get("early") and run["status"] == outcome.get("status"):
-                run["outcome"] = outcome  # the details (each rank's failure) of the failure already recorded
+            if (run.get("outcome") or {}).get("early") and run["status"] == ended.status.value:
+                run["outcome"] = ended.to_wire()  # the details (each rank's failure) of the failure already recorded
             return
-        run.update(status=outcome.get("status", "failed"), ended=time.time(), outcome=outcome)
+        run.update(status=ended.status.value, ended=time.time(), outcome=ended.to_wire())
         self._ended(name)  # its launcher stays: the kernel's next run may take it (it exits when idle)
 
     async def stop(self, name: str, step: int | None = None, reason: str | None = None) -> dict[str, Any] | None:
@@ -180,8 +188,8 @@ class RunRegistry:
             return None
         if run["status"] in ACTIVE:
             _kill(self._handles[name][0])
-            outcome = {"status": "aborted", "step": step, **({"reason": reason} if reason else {})}
-            run.update(status="aborted", ended=time.time(), outcome=outcome)
+            outcome = Outcome(RunStatus.ABORTED, step=step, reason=reason)
+            run.update(status=outcome.status.value, ended=time.time(), outcome=outcome.to_wire())
             self._ended(name)
         return run
 
@@ -213,11 +221,8 @@ class RunRegistry:
         except Exception as e:  # noqa: BLE001 - ActorDiedError and friends
             if run["status"] in ACTIVE:
                 why = f"the run's launcher (where fit() and Ray Train's controller ran) is gone: {e}"
-                run.update(
-                    status="failed",
-                    ended=time.time(),
-                    outcome={"status": "failed", "error_type": type(e).__name__, "message": why[:2000]},
-                )
+                lost = Outcome(RunStatus.FAILED, error_type=type(e).__name__, message=why[:2000])
+                run.update(status=lost.status.value, ended=time.time(), outcome=lost.to_wire())
                 self._ended(name)
 
     def _ended(self, name: str) -> None:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._shared.cell_code import build, is_packed
+from .._shared.worker_info import WorkerInfo
 from . import ahead_imports, compile_cache, framework_hooks, node_channel
 from . import report as metrics
 from .gpu_sampler import GpuSampler
@@ -35,7 +36,7 @@ class NcclWatcher:
     whenever it changes; a final pass runs when the function returns.
     """
 
-    def __init__(self, sink: Any, rank: int, info: dict[str, Any], interval: float = 1.0) -> None:
+    def __init__(self, sink: Any, rank: int, info: WorkerInfo, interval: float = 1.0) -> None:
         import threading
 
         from .._shared.worker_env import expand_debug_file
@@ -63,8 +64,8 @@ class NcclWatcher:
         with open(self.path, errors="replace") as f:
             summary = parse(
                 f,
-                expect_efa=bool(self.info.get("expect_efa")),
-                gdr_expected=self.info.get("gdr_expected"),
+                expect_efa=self.info.expect_efa,
+                gdr_expected=self.info.gdr_expected,
                 env={k: os.environ[k] for k in _NCCL_VARS if k in os.environ},
             )
         doc = summary.to_json(evidence=True)
@@ -177,7 +178,7 @@ def _patch_train_report(rep: metrics.Reporter, *, fast: bool = True) -> Callable
     return restore
 
 
-def run_on_worker(payload: bytes, config: dict[str, Any], sink: Any, info: dict[str, Any]) -> None:
+def run_on_worker(payload: bytes, config: dict[str, Any], sink: Any, info: WorkerInfo) -> None:
     """Make the cell's function (unpickled, or built from its source: ``_shared/cell_code.py``) and run it as this
     rank, reporting to ``sink``."""
     import ray
@@ -189,23 +190,22 @@ def run_on_worker(payload: bytes, config: dict[str, Any], sink: Any, info: dict[
     if preloaded_at() is not None:  # raynb's setup hook imported torch as this process started, before its actor came
         setup_at["torch_preloaded"] = preloaded_at()
         follow_thread_share()  # ... and so before Ray set the actor's thread count
-    env_as_started = _env_is(info.get("started_ahead_env"))
+    env_as_started = _env_is(info.started_ahead_env)
     ctx = ray.train.get_context()
     rank = ctx.get_world_rank()
-    sampler = GpuSampler(ctx.get_local_rank()) if info.get("gpu_sampling", True) else None
+    sampler = GpuSampler(ctx.get_local_rank()) if info.gpu_sampling else None
     rep = metrics.Reporter(
         sink,
         rank,
-        flush_interval=info.get("flush_interval", 0.1),
         gpu=sampler,
         find_channel=lambda: node_channel.find(sink),
     )
     metrics._set_reporter(rep)
-    restore = _patch_train_report(rep, fast=info.get("fast_train_report", True))
+    restore = _patch_train_report(rep, fast=info.fast_train_report)
     unhook = framework_hooks.install(rep.add_sample)
     real_out, real_err = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = _Tee(real_out, "stdout", rep), _Tee(real_err, "stderr", rep)
-    cwd = info.get("cwd")
+    cwd = info.cwd
     if cwd and os.path.isdir(cwd):
         os.chdir(cwd)  # relative paths written for the notebook keep working on a local cluster
         if cwd not in sys.path:

@@ -9,6 +9,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .._shared.outcome import Outcome, RunStatus
+
 __all__ = ["EarlyFailure", "FAILED_EARLY", "WIND_DOWN_S"]
 
 #: after the first worker error on the last attempt, how long its peers' errors may take to come in
@@ -16,12 +18,9 @@ FAIL_GRACE_S = 0.5
 #: how long the kernel waits in the background for ``fit()`` to return after an early failure
 WIND_DOWN_S = 60.0
 #: the outcome of a run shown failed before ``fit()`` returned (the workers' errors are in its events)
-FAILED_EARLY: dict[str, Any] = {
-    "status": "failed",
-    "error_type": "WorkerGroupError",
-    "message": "a worker raised on the run's last attempt",
-    "early": True,
-}
+FAILED_EARLY = Outcome(
+    RunStatus.FAILED, error_type="WorkerGroupError", message="a worker raised on the run's last attempt", early=True
+)
 
 
 class EarlyFailure:

@@ -22,10 +22,12 @@ from .._client import side
 from .._client.run_channel import echo_logs
 from .._current import active_run, current, ending, set_active, wait_for_ending
 from .._settings import Settings
+from .._shared.outcome import Outcome, RunStatus
 from .._shared.progress import Progress
 from .._shared.run_spec import RunSpec
 from .._shared.seam import RunChannel
 from .._shared.worker_env import launcher_env
+from .._shared.worker_info import WorkerInfo
 from ..errors import UsageError, up_again
 from .early_failure import FAILED_EARLY, WIND_DOWN_S, EarlyFailure
 from .journal import remember
@@ -33,12 +35,13 @@ from .metrics_table import metrics_table
 from .run_error import RunError, assemble_error, nccl_hint, raise_unless_succeeded
 from .stream import UNDRAWN_GAP_S, MetricStream
 
-__all__ = ["Run", "RunSpec", "RunStatus", "active_run", "set_active", "TERMINAL"]
+__all__ = ["Run", "RunSpec", "KernelStatus", "active_run", "set_active", "TERMINAL"]
 
 _RERUN = "run its cell (or raynb.train(fn, ...)) again in this kernel: that run can be rerun"
-RunStatus = Literal["pending", "starting", "running", "succeeded", "failed", "aborted", "detached"]
+#: the run as this kernel sees it: the registry's ``RunStatus`` and the kernel's own pending, starting and detached
+KernelStatus = Literal["pending", "starting", "running", "succeeded", "failed", "aborted", "detached"]
 #: the kernel follows the run no more: it ended, or ("detached") the connection was lost while it goes on
-TERMINAL: tuple[RunStatus, ...] = ("succeeded", "failed", "aborted", "detached")
+TERMINAL: tuple[KernelStatus, ...] = ("succeeded", "failed", "aborted", "detached")
 
 
 class Run:
@@ -47,7 +50,7 @@ class Run:
     def __init__(self, spec: RunSpec, settings: Settings) -> None:
         self.spec, self.settings = spec, settings
         self.name = spec.name
-        self.status: RunStatus = "pending"
+        self.status: KernelStatus = "pending"
         self.error: RunError | None = None
         self.result: dict[str, Any] | None = None
         self.started_at: float | None = None
@@ -61,7 +64,7 @@ class Run:
         self.aborted_at_step: int | None = None
         self.aborted_why: str | None = None  # the cluster stopped it (``on_stall="stop"``): why
         self._stall_seen: tuple[float, dict[str, Any] | None] = (-1e9, None)  # when the cluster was last asked
-        self._fit_outcome: dict[str, Any] | None = None
+        self._fit_outcome: Outcome | None = None
         self._fit_exc: BaseException | None = None
         self._early = EarlyFailure(spec.max_failures)  # a worker raised with no restart left: failed already
         #: read every record into this kernel when the run ends (a run started here); an attached run's records
@@ -236,8 +239,7 @@ class Run:
             "idle_after_s": self.settings.local_idle_after_run_s,
             "trainer_kwargs": self.spec.trainer_kwargs,
             "env": launcher_env(self.settings.health_check_interval_s),
-            "worker_info": {k: getattr(self.spec, k) for k in ("cwd", "expect_efa", "gdr_expected")}
-            | {k: getattr(self.settings, k) for k in ("fast_train_report", "gpu_sampling")},
+            "worker_info": WorkerInfo.for_run(self.spec, self.settings).to_wire(),
         }
         self._channel.launch(payload, self.spec.config, spec)
         self.stream = MetricStream(self._channel, min_gap=self.settings.poll_gap_s, undrawn_gap=UNDRAWN_GAP_S).start()
@@ -270,7 +272,7 @@ class Run:
                 self._lost_connection = True
             else:
                 if found is not None and found["status"] == "aborted":  # stopped (here or from another kernel)
-                    self._fit_outcome = found.get("outcome")
+                    self._fit_outcome = Outcome.from_wire(found.get("outcome") or {"status": "aborted"})
         finally:
             self._done.set()
 
@@ -328,10 +330,10 @@ class Run:
         out = FAILED_EARLY if early else self._fit_outcome
         if self._lost_connection:
             self.status = "detached"
-        elif out is not None and out["status"] == "aborted":  # stopped from another kernel
+        elif out is not None and out.status is RunStatus.ABORTED:  # stopped from another kernel
             self.status = "aborted"
-            self.aborted_at_step, self.aborted_why = self.step, out.get("reason")
-        elif out is None or out["status"] == "failed":
+            self.aborted_at_step, self.aborted_why = self.step, out.reason
+        elif out is None or out.status is RunStatus.FAILED:
             self.status = "failed"
             self.error = assemble_error(
                 out,
@@ -344,7 +346,7 @@ class Run:
             )
         else:
             self.status = "succeeded"
-        self.result = out
+        self.result = out.to_wire() if out is not None else None
         # The sink keeps the history; the launcher serves this kernel's next run. An early failure is in the registry
         if early:  # now (every kernel, ls, down); its last records, outcome and launcher follow when fit() returns
             assert self._channel is not None  # a run with events was started
@@ -363,7 +365,7 @@ class Run:
         """After an early failure, once ``fit()`` returns: the last records, its outcome, its launcher to the next."""
         self._done.wait(WIND_DOWN_S)
         self._drain()
-        self.result = self._fit_outcome or self.result
+        self.result = self._fit_outcome.to_wire() if self._fit_outcome is not None else self.result
         self._prewarm()
 
     def abort(self, timeout: float = 5.0) -> None:

@@ -6,6 +6,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._shared.outcome import Outcome
+
 __all__ = ["RunError", "ranks_text", "assemble_error", "nccl_hint", "raise_unless_succeeded"]
 
 
@@ -54,7 +56,7 @@ def nccl_hint(nccl: Mapping[int, Mapping[str, Any]]) -> str:
 
 
 def assemble_error(
-    outcome: Mapping[str, Any] | None,
+    outcome: Outcome | None,
     events: Sequence[Mapping[str, Any]],
     world_size: int,
     *,
@@ -72,12 +74,12 @@ def assemble_error(
         ranks = sorted({e["rank"] for e in worker_errors})
         tbs = {e["rank"]: format_frames(e["frames"], cell_file, cell_source) for e in worker_errors}
         err = RunError(ranks, world_size, first["type"], first["message"], tbs)
-    elif failures := dict(outcome.get("failures") or {}):
+    elif failures := dict(outcome.failures):
         ranks = sorted(failures)
         typ, _, msg = failures[ranks[0]].partition(": ")
         err = RunError(ranks, world_size, typ, msg)
     else:
-        err = RunError([], world_size, outcome.get("error_type", "Error"), outcome.get("message", "")[:2000])
+        err = RunError([], world_size, outcome.error_type or "Error", outcome.message[:2000])
     if nccl:
         err.detail = (err.detail + "\n" if err.detail else "") + nccl
     return err

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
+from .outcome import Outcome, RunStatus
+
 __all__ = [
     "NAMESPACE",
     "REGISTRY_NAME",
@@ -30,8 +32,8 @@ T = TypeVar("T")
 NAMESPACE = "raynb"
 #: the cluster's run registry: one named, detached actor on the head
 REGISTRY_NAME = "raynb-runs"
-#: a run's statuses while it goes on
-ACTIVE = ("running",)
+#: a run's statuses while it goes on (as the registry's entries hold them: plain strings)
+ACTIVE = (RunStatus.RUNNING.value,)
 #: finished runs the registry keeps (the oldest go first)
 KEEP_FINISHED = 50
 #: a spare launcher or sink nobody claims within this exits by itself
@@ -53,7 +55,7 @@ class RunChannel(Protocol):
         """Start ``fit()`` (returns at once); ``spec``: what the launcher needs besides the cell."""
         ...
 
-    def outcome(self) -> tuple[dict[str, Any], float | None]:
+    def outcome(self) -> tuple[Outcome, float | None]:
         """Block until the run ends: how it ended and when (None: now). Raises when the cluster stops answering."""
         ...
 
@@ -63,7 +65,7 @@ class RunChannel(Protocol):
 
     def stop(self, step: int | None = None) -> None: ...
 
-    def failed(self, outcome: dict[str, Any]) -> None:
+    def failed(self, outcome: Outcome) -> None:
         """Tell the registry the run has failed (a worker raised with no restart left), before Ray Train says so."""
         ...
 

@@ -9,6 +9,7 @@ from raynb._magic_args import parse_train_line
 from raynb._remote.worker import error_event
 from raynb._runs.cell import compile_cell
 from raynb._runs.run_error import assemble_error
+from raynb._shared.outcome import Outcome, RunStatus
 from raynb.errors import UndefinedNameError
 
 LINE = "%%raytrain --workers 2\n"  # the magic hands the whole cell, its first line included
@@ -32,7 +33,7 @@ def _worker_error(rank: int, cell: str = CELL, filename: str = "<raytrain-cell-3
 
 def test_one_failing_rank_is_one_error_with_the_cells_own_lines() -> None:
     event = _worker_error(1)
-    outcome = {"failures": {1: "WorkerGroupError: Training failed due to worker errors"}}
+    outcome = Outcome(RunStatus.FAILED, failures={1: "WorkerGroupError: Training failed due to worker errors"})
     err = assemble_error(outcome, [event], 2, cell_file="<raytrain-cell-3>", cell_source=LINE + CELL)
     text = str(err)
     assert text.startswith("Rank 1 of 2 failed with ValueError: bad shard on rank 1"), text
@@ -45,7 +46,7 @@ def test_one_failing_rank_is_one_error_with_the_cells_own_lines() -> None:
 def test_both_ranks_failing_say_all_workers_and_show_the_lowest() -> None:
     cell = "raise RuntimeError(f\"rank {config['rank']} out of memory\")\n"
     events = [_worker_error(r, cell) for r in (1, 0)]
-    err = assemble_error({"failures": {}}, events, 2, cell_file="<raytrain-cell-3>", cell_source=LINE + cell)
+    err = assemble_error(Outcome(RunStatus.FAILED), events, 2, cell_file="<raytrain-cell-3>", cell_source=LINE + cell)
     assert str(err).startswith("All 2 workers failed with RuntimeError: rank 0 out of memory")
     assert "Traceback (rank 0, most recent call last):" in str(err) and err.ranks == [0, 1]
 
@@ -58,5 +59,5 @@ def test_no_name_check_leaves_an_undefined_name_to_the_workers() -> None:
         compile_cell(cell, {"__name__": "__main__"})
     assert "`undefined_thing` (line 3)" in ei.value.message
     event = _worker_error(1, cell, check_names=False)  # what --no-name-check compiles: the workers decide
-    err = assemble_error({"failures": {}}, [event], 2, cell_file="<raytrain-cell-3>", cell_source=LINE + cell)
+    err = assemble_error(Outcome(RunStatus.FAILED), [event], 2, cell_file="<raytrain-cell-3>", cell_source=LINE + cell)
     assert str(err).startswith("Rank 1 of 2 failed with NameError") and "cell line 3" in str(err), str(err)
