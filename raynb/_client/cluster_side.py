@@ -17,7 +17,8 @@ from .spares import drop_spare, drop_taken, find_registry, free_name, prewarm, r
 from .warm_channel import WarmChannel
 
 __all__ = [
-    "via",
+    "code_crosses",
+    "streams_worker_output",
     "connected",
     "resources",
     "prewarm",
@@ -35,8 +36,9 @@ __all__ = [
 
 T = TypeVar("T")
 
-#: code objects cross (the kernel's Python and Ray are the cluster's)
-via = "client"
+#: code objects cross (the kernel's Python and Ray are the cluster's), and Ray streams what workers print
+code_crosses = True
+streams_worker_output = True
 
 
 def connected() -> bool:

@@ -36,7 +36,9 @@ class JobsSide:
     finds the agent again, or starts a new one: called when the agent stops answering (its job was stopped, its node
     restarted), so the next call goes on -- the runs, which belong to the cluster, never stopped."""
 
-    via = "jobs"
+    #: a cell crosses as source and plain data; what workers print comes back through raynb's own channel
+    code_crosses = False
+    streams_worker_output = False
 
     def __init__(
         self, url: str, secret: str, *, cluster: Mapping[str, str], reach: Callable[[], tuple[str, str]] | None = None

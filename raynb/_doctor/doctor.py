@@ -49,7 +49,7 @@ def _ray_checks(cl: Cluster) -> list[Check]:
     facts = side().run_task(node_facts)
     here_py = ".".join(map(str, sys.version_info[:3]))
     same = facts["ray"] == ray.__version__ and facts["python"].rsplit(".", 1)[0] == here_py.rsplit(".", 1)[0]
-    jobs = side().via == "jobs"  # nothing crosses but JSON: the versions need not match
+    jobs = not side().code_crosses  # nothing crosses but JSON: the versions need not match
     out.append(
         Check(
             "Ray and Python versions",

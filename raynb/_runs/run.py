@@ -244,7 +244,7 @@ class Run:
         self._channel.launch(payload, self.spec.config, spec)
         self.stream = MetricStream(self._channel, min_gap=self.settings.poll_gap_s, undrawn_gap=UNDRAWN_GAP_S).start()
         threading.Thread(target=self._watch_fit, name="raynb-fit-watch", daemon=True).start()
-        if side().via != "client":  # Ray Client streams what workers print; through Ray Jobs raynb does
+        if not side().streams_worker_output:  # Ray streams what workers print to a driver; through Ray Jobs raynb does
             echo = threading.Thread(target=echo_logs, args=(self._channel, self._done.is_set), name="raynb-echo")
             echo.daemon = True
             echo.start()

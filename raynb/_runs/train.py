@@ -50,7 +50,7 @@ LARGE_PAYLOAD = 64 * 2**20
 
 
 def _payload_of(fn: Callable[..., Any], here: str) -> bytes:
-    if side().via != "client":  # code objects do not cross to another Python: source and plain data do
+    if not side().code_crosses:  # code objects do not cross to another Python: source and plain data do
         return pack_portable(fn)
     _register_modules_beside(here)
     payload = serialize(fn)
@@ -125,7 +125,7 @@ def _start_payload(
         "gpu": settings.gpu,
         "cpus_per_worker": cpus,
     }
-    if side().via == "client":
+    if side().code_crosses:
         kwargs = trainer_kwargs(
             **shape,
             worker_env=env_vars,

@@ -104,7 +104,7 @@ class WarmGroup:
 
         from .cell import pack_portable
 
-        packed = cloudpickle.dumps(fn) if side().via == "client" else pack_portable(fn)  # Ray Jobs: as source
+        packed = cloudpickle.dumps(fn) if side().code_crosses else pack_portable(fn)  # else as source
         return self._execute({"kind": "call", "fn": packed, "config": config or {}}, None)
 
     def run_cell(
@@ -116,7 +116,7 @@ class WarmGroup:
         names = _read_names(source)
         shipped = {k: namespace[k] for k in names if k in namespace and not k.startswith("_") and k != "raynb"}
         cell = {"kind": "cell", "source": source, "filename": filename, "first_line": first_line, "globals": shipped}
-        if side().via == "client":
+        if side().code_crosses:
             _check_travels(shipped)
         else:  # Ray Jobs: the notebook's values cross as plain data, its functions and classes as source
             from .cell import capture

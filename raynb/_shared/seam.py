@@ -109,9 +109,12 @@ class WarmChannel(Protocol):
 class ClusterSide(Protocol):
     """Everything the kernel asks of raynb's side of the connected cluster."""
 
-    #: how this kernel reaches the cluster: "client" (Ray Client; code objects cross) or "jobs" (HTTP to raynb's
-    #: agent; a cell crosses as source and plain data)
-    via: str
+    #: code objects cross as themselves (cloudpickle): the cluster's Python and Ray are the kernel's (Ray Client, or a
+    #: driver of the embedded head). False (Ray Jobs, through raynb's agent): a cell crosses as source and plain data,
+    #: Ray's own objects (a trainer's configs) as their description, made on the cluster
+    code_crosses: bool
+    #: what the workers print reaches the kernel by itself (Ray streams it to a driver); False: raynb echoes it
+    streams_worker_output: bool
 
     def connected(self) -> bool: ...
 

@@ -267,3 +267,21 @@ def test_shared_and_cluster_code_import_only_their_own(layer: str) -> None:
                 names = [n.module or ""]
             third_party += [f"{p.name}: {m}" for m in names if m.split(".")[0] not in sys.stdlib_module_names]
     assert third_party == []
+
+
+def test_no_transport_check_outside_the_seam() -> None:
+    """How the kernel reaches the cluster (Ray Client, a driver, Ray Jobs) is ``_client``'s to know: kernel code asks
+    the seam what it can do (``code_crosses``, ``streams_worker_output``), never which transport it is (``.via``), and
+    imports no transport module. ``_cluster/connection.py`` chooses and installs the transport, and the agent is the
+    server end of one (on the head, over the Ray handles): they alone may."""
+    transports = {"raynb._client.over_jobs", "raynb._client.cluster_side", "raynb._client.agent_job"}
+    graph = _graph(type_checking=True)
+    found = []
+    for path in sorted(PKG.rglob("*.py")):
+        mod = _module_name(path)
+        if mod.startswith(("raynb._client", "raynb._agent")) or mod == "raynb._cluster.connection":
+            continue
+        found += [f"{mod}: .via" for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Attribute)
+                  and n.attr == "via"]  # fmt: skip
+        found += [f"{mod} imports {t}" for t in sorted(graph.get(mod, set()) & transports)]
+    assert found == []
