@@ -112,3 +112,35 @@ def test_a_node_task_is_named_and_only_raynbs_are_found() -> None:
     for ref in ("os:system", "raynb._remote.tasks:node_facts()", "subprocess:run"):
         with pytest.raises(ValueError, match="not one of raynb's node tasks"):
             raynb_function(ref)
+
+
+def _protocol_methods(proto: type) -> set[str]:
+    return {n for n, v in vars(proto).items() if callable(v) and not n.startswith("_")}
+
+
+def test_the_agents_operations_and_the_http_clients_are_the_seams() -> None:
+    """Each operation of the seam's Protocols is one the agent serves and one the HTTP client calls -- no more, no
+    less: an operation added to the Protocol and missing from either end (or left behind in one) fails here. The
+    wire's own: ``hello`` (the handshake) and ``warm_touch`` (a kernel's keep-alive)."""
+    import ast
+    from pathlib import Path
+
+    from raynb._agent.server import Agent
+    from raynb._client import agent_job, over_jobs
+    from raynb._shared.seam import ClusterSide, RunChannel, WarmChannel
+
+    local = {"connected"}  # answered by the client itself
+    seam = (_protocol_methods(ClusterSide) - local - {"open_warm"}) | {"warm_open"} | _protocol_methods(RunChannel)
+    seam |= {f"warm_{m}" for m in _protocol_methods(WarmChannel)}
+    wire = {"hello", "warm_touch"}
+    served = set(Agent().ops)
+    trees = [ast.parse(Path(m.__file__).read_text()) for m in (over_jobs, agent_job)]  # the calls, the handshake
+    called = {
+        n.args[0].value
+        for tree in trees
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "call"
+        and n.args and isinstance(n.args[0], ast.Constant)
+    }  # fmt: skip
+    assert served == seam | wire, (sorted(served - seam - wire), sorted((seam | wire) - served))
+    assert called == seam | wire, (sorted(called - seam - wire), sorted((seam | wire) - called))
