@@ -205,28 +205,11 @@ def run_on_worker(payload: bytes, config: dict[str, Any], sink: Any, info: Worke
     unhook = framework_hooks.install(rep.add_sample)
     real_out, real_err = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = _Tee(real_out, "stdout", rep), _Tee(real_err, "stderr", rep)
-    cwd = info.cwd
-    if cwd and os.path.isdir(cwd):
-        os.chdir(cwd)  # relative paths written for the notebook keep working on a local cluster
-        if cwd not in sys.path:
-            sys.path.insert(0, cwd)
-    gpu = None
-    with contextlib.suppress(Exception):
-        gpu = os.environ.get("CUDA_VISIBLE_DEVICES")
-    rep.event(  # ahead of this rank's records, over the same path
-        {
-            "kind": "worker_started",
-            "rank": rank,
-            "local_rank": ctx.get_local_rank(),
-            "world_size": ctx.get_world_size(),
-            "node": socket.gethostname(),
-            "node_id": ray.get_runtime_context().get_node_id(),
-            "node_rank": ctx.get_node_rank(),
-            "pid": os.getpid(),
-            "gpu": gpu,
-            "gpu_sampling_off": sampler.why_off if sampler is not None else None,
-        }
-    )
+    if info.cwd and os.path.isdir(info.cwd):
+        os.chdir(info.cwd)  # relative paths written for the notebook keep working on a local cluster
+        if info.cwd not in sys.path:
+            sys.path.insert(0, info.cwd)
+    rep.event(_started_event(ctx, sampler))  # ahead of this rank's records, over the same path
     t0 = setup_at["started_event_sent"] = time.time()
     nccl = NcclWatcher(sink, rank, info)
     storage = _storage(ctx)
@@ -254,24 +237,36 @@ def run_on_worker(payload: bytes, config: dict[str, Any], sink: Any, info: Worke
             ahead = ahead_imports.report()  # what the process imported for the function before it asked
             if ahead.get("done"):
                 setup_at["modules_preloaded"] = ahead["done"]
-            done = {
-                "kind": "worker_done",
-                "rank": rank,
-                "seconds": time.time() - t0,
-                "setup_at": setup_at,
+            done = {"kind": "worker_done", "rank": rank, "seconds": time.time() - t0, "setup_at": setup_at}
+            done |= {
                 "env_as_started_ahead": env_as_started,
                 "metrics_over": rep.over,
                 "ahead_imports": ahead.get("outcome"),
-                **counts,
-                **loaded,
-                **kept,
             }
-            ray.get(sink.event.remote(done), timeout=5)
+            ray.get(sink.event.remote({**done, **counts, **loaded, **kept}), timeout=5)
     finally:
         _untee(real_out, real_err)
         restore()
         unhook()
         metrics._set_reporter(None)
+
+
+def _started_event(ctx: Any, sampler: GpuSampler | None) -> dict[str, Any]:
+    """This rank's ``worker_started``: where it runs (node, process, GPU), and why its GPU is not sampled if not."""
+    import ray
+
+    return {
+        "kind": "worker_started",
+        "rank": ctx.get_world_rank(),
+        "local_rank": ctx.get_local_rank(),
+        "world_size": ctx.get_world_size(),
+        "node": socket.gethostname(),
+        "node_id": ray.get_runtime_context().get_node_id(),
+        "node_rank": ctx.get_node_rank(),
+        "pid": os.getpid(),
+        "gpu": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "gpu_sampling_off": sampler.why_off if sampler is not None else None,
+    }
 
 
 def _env_is(started_ahead: str | None) -> bool | None:

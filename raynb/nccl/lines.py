@@ -5,7 +5,7 @@ what they showed (:class:`Seen`). What that means is ``verdict.py``'s."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from .summary import NcclSummary
@@ -179,17 +179,22 @@ def read(lines: Iterable[str], s: NcclSummary, env: Mapping[str, str] | None = N
             seen.rings_gdr = m[1] == "1"
             keep(msg)
             continue
-        for pat, why in _FATAL:
-            if pat.search(msg):
-                seen.fatal.append(f"{why}: {msg}")
-                keep(msg)
-        if any(p.search(msg) for p in _OFI_FAIL):
-            seen.ofi_fail.append(msg)
-            seen.ofi_seen = True
-            keep(msg)
-        if m := _PLUGIN_MISSING.search(msg):
-            names = m["names"] or m["lib"] or m["lib2"] or ""
-            seen.plugin_missing.append(names.strip())
-            keep(msg)
+        _problems(msg, seen, keep)
     s.nodes = max_nodes
     return seen
+
+
+def _problems(msg: str, seen: Seen, keep: Callable[[str], None]) -> None:
+    """A line that says something failed: NCCL's fatal errors, the OFI plugin's failures, a plugin not found."""
+    for pat, why in _FATAL:
+        if pat.search(msg):
+            seen.fatal.append(f"{why}: {msg}")
+            keep(msg)
+    if any(p.search(msg) for p in _OFI_FAIL):
+        seen.ofi_fail.append(msg)
+        seen.ofi_seen = True
+        keep(msg)
+    if m := _PLUGIN_MISSING.search(msg):
+        names = m["names"] or m["lib"] or m["lib2"] or ""
+        seen.plugin_missing.append(names.strip())
+        keep(msg)

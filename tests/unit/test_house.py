@@ -285,3 +285,19 @@ def test_no_transport_check_outside_the_seam() -> None:
                   and n.attr == "via"]  # fmt: skip
         found += [f"{mod} imports {t}" for t in sorted(graph.get(mod, set()) & transports)]
     assert found == []
+
+
+MAX_FUNCTION_LINES = 80
+
+
+def test_no_function_over_80_lines_of_body() -> None:
+    """A function a reader takes in at once: its body (after the docstring) at most 80 lines."""
+    long = []
+    for path in sorted(PKG.rglob("*.py")):
+        for n in ast.walk(ast.parse(path.read_text())):
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                body = n.body[1:] if ast.get_docstring(n) is not None and len(n.body) > 1 else n.body
+                lines = (body[-1].end_lineno or 0) - body[0].lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long.append(f"{_module_name(path)}.{n.name}: {lines}")
+    assert long == []
