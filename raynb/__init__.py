@@ -1,4 +1,4 @@
-"""raynb: train models on a Ray cluster from a notebook.
+"""In the kernel and each Train worker (``raynb.report``): raynb trains models on a Ray cluster from a notebook.
 
 ``%load_ext raynb`` gives ``%raycluster`` and ``%%raytrain``; each has a plain-Python twin:
 ``raynb.up(local=True)`` (or ``raynb.up(values="manifests/values.env")`` for the DLC RayCluster on Kubernetes),

@@ -1,4 +1,4 @@
-"""A doctor's checklist as data: each check has a state, what was seen and the fix. Pure."""
+"""In the kernel: a doctor's checklist as data: each check has a state, what was seen and the fix. Pure."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The cluster this kernel works with, its warm group, and settings resolved against the cluster (jupysql's
-``_current.py`` pattern).
+"""In the kernel: the cluster this kernel works with, its warm group, and settings resolved against the cluster
+(jupysql's ``_current.py`` pattern).
 
 Runs, the doctor and the journal read the current cluster from here, typed by what they read (``Connected``), and the
 cluster's status reads the warm group (``Held``), so runs and clusters -- siblings -- never import each other and this

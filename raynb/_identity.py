@@ -1,4 +1,4 @@
-"""Who the notebook's user is, for naming and owning what raynb creates on a shared Kubernetes namespace.
+"""In the kernel: who the notebook's user is, for naming and owning what raynb creates on a shared Kubernetes namespace.
 
 One execution role or one pod user often serves many people (SageMaker Studio: every user's kernel runs as
 ``sagemaker-user`` under the domain's role; JupyterHub: every pod's login is ``jovyan``), so the person is read from

@@ -1,5 +1,6 @@
-"""What a KubeRay release's RayCluster CRD takes: a rendered manifest checked as strict field validation checks it
-(types, and no field the CRD lacks), naming the release a lacking field needs. Pure: dicts and files in, errors out."""
+"""In the kernel: what a KubeRay release's RayCluster CRD takes: a rendered manifest checked as strict field validation
+checks it (types, and no field the CRD lacks), naming the release a lacking field needs. Pure: dicts and files in,
+errors out."""
 
 from __future__ import annotations
 

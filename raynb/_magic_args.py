@@ -1,6 +1,6 @@
-"""The magics' command lines: the argparse parsers (option flags derived from ``_settings.py``) and the parsing of
-``%raycluster`` / ``%%raytrain`` lines into arguments. Every refusal is a UsageError with the fix; nothing here runs
-anything or evaluates the user's expressions."""
+"""In the kernel: the magics' command lines: the argparse parsers (option flags derived from ``_settings.py``) and the
+parsing of ``%raycluster`` / ``%%raytrain`` lines into arguments. Every refusal is a UsageError with the fix; nothing
+here runs anything or evaluates the user's expressions."""
 
 from __future__ import annotations
 

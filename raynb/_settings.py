@@ -1,5 +1,5 @@
-"""Every option, declared once, and resolved in one place: flag > ``%config RayNB.*`` > ``RAYNB_*`` env > values file >
-default.
+"""In the kernel: every option, declared once, and resolved in one place: flag > ``%config RayNB.*`` > ``RAYNB_*`` env >
+values file > default.
 
 Each :class:`Settings` field carries its type, default, help and (where a magic takes it) flag name. The ``%config
 RayNB`` traits (:func:`config_traits`) and the magics' argparse flags (:func:`add_flag`) are derived from these

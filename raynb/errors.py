@@ -1,4 +1,4 @@
-"""Errors raised to notebook users.
+"""In any process: errors raised to notebook users.
 
 Every failure a person can hit is a :class:`RaynbError` subclass that says what happened, what raynb saw and what to
 do next. In IPython they render as those few lines only (``_render_traceback_``), not as a stack of raynb internals.

@@ -1,4 +1,4 @@
-"""``%raycluster`` and ``%%raytrain``: parse flags, call the public API, nothing else.
+"""In the kernel: ``%raycluster`` and ``%%raytrain``: parse flags, call the public API, nothing else.
 
 Options can also be set with ``%config RayNB.<name> = value`` (or ``c.RayNB.<name>`` in an IPython profile); a flag
 wins over ``%config``, which wins over ``RAYNB_*`` environment variables, which win over defaults.

@@ -1,4 +1,4 @@
-"""The DLC RayCluster, rendered: template + values file + ``--set`` + instance preset -> a validated dict. Pure.
+"""In the kernel: the DLC RayCluster rendered -- template, values file, ``--set``, preset -> a validated dict. Pure.
 
 The template (``manifests/raycluster.yaml``) uses ``${VARS}`` that plain ``envsubst`` fills from
 ``manifests/values.env``; raynb fills the same variables, then applies the preset of ``GPU_NODE_TYPE``

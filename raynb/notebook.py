@@ -1,4 +1,4 @@
-"""Run a notebook headless in a real Jupyter kernel and summarise what its raynb cells did.
+"""In the kernel: run a notebook headless in a real Jupyter kernel and summarise what its raynb cells did.
 
 ``python -m raynb.notebook run notebooks/quickstart.ipynb -o out/quickstart.ipynb -p STEPS=50``
 

@@ -1,4 +1,5 @@
-"""``python -m raynb._agent``: the agent's Ray Job entrypoint (see ``server.py``)."""
+"""On the head, in raynb's agent (a Ray Job): ``python -m raynb._agent``: the agent's Ray Job entrypoint (see
+``server.py``)."""
 
 from .server import main
 

@@ -1,10 +1,11 @@
-"""``python -m raynb._agent.run_job NAME``: a run's own Ray Job on the Ray Jobs path, submitted by the agent when it
-launches the run. The run itself is the cluster's (its launcher, sink and workers, in the registry); this job is its
-driver for as long as it goes on, so a cluster's idle detection -- Ray's ``noDriverTimeoutSeconds``, KubeRay's idle
-termination, which count a cluster with no driver as idle and detached actors as nothing -- never sees a running
-run's cluster as idle, even while no kernel is connected and the agent is gone. And the run shows where Ray shows
-jobs: ``ray job list`` and the dashboard name it, ``ray job logs`` has what its workers print, ``ray job stop`` stops
-it; the job ends when the run does, SUCCEEDED when the run succeeded, FAILED with how it ended otherwise."""
+"""On the head, in raynb's agent (a Ray Job): ``python -m raynb._agent.run_job NAME``: a run's own Ray Job on the Ray
+Jobs path, submitted by the agent when it launches the run. The run itself is the cluster's (its launcher, sink and
+workers, in the registry); this job is its driver for as long as it goes on, so a cluster's idle detection -- Ray's
+``noDriverTimeoutSeconds``, KubeRay's idle termination, which count a cluster with no driver as idle and detached
+actors as nothing -- never sees a running run's cluster as idle, even while no kernel is connected and the agent is
+gone. And the run shows where Ray shows jobs: ``ray job list`` and the dashboard name it, ``ray job logs`` has what
+its workers print, ``ray job stop`` stops it; the job ends when the run does, SUCCEEDED when the run succeeded,
+FAILED with how it ended otherwise."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""The agent's HTTP server: one ``POST /raynb/v1/<op>`` per seam call, JSON in and out (``_shared/wire.py``), each
-call checked against the secret its job carries. It holds a channel per run it was asked about; the runs themselves,
-their launchers and sinks, belong to the cluster (detached actors in the registry) and outlive the agent, so an
-agent started again finds them. Each run it launches gets a Ray Job of its own (``run_job.py``): the run's driver,
-log and stop button where Ray shows jobs.
+"""On the head, in raynb's agent (a Ray Job): the agent's HTTP server: one ``POST /raynb/v1/<op>`` per seam call, JSON
+in and out (``_shared/wire.py``), each call checked against the secret its job carries. It holds a channel per run it
+was asked about; the runs themselves, their launchers and sinks, belong to the cluster (detached actors in the
+registry) and outlive the agent, so an agent started again finds them. Each run it launches gets a Ray Job of its own
+(``run_job.py``): the run's driver, log and stop button where Ray shows jobs.
 
 It listens where the dashboard does, so a kernel reaches it the way it reaches the dashboard (127.0.0.1 for an
 embedded head, and for a head started by hand with Ray's default dashboard host; ``RAYNB_AGENT_HOST`` where the kernel

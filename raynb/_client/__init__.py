@@ -1,6 +1,6 @@
-"""The kernel's side of the seam: the one place kernel code starts and asks raynb's actors on the cluster (the run
-registry, the spare launcher and sink kept warm for the next run). Imports ``_shared`` and ``_remote`` (the
-classes it starts there).
+"""In the kernel, and on the head inside raynb's agent: the kernel's side of the seam: the one place kernel code starts
+and asks raynb's actors on the cluster (the run registry, the spare launcher and sink kept warm for the next run).
+Imports ``_shared`` and ``_remote`` (the classes it starts there).
 
 Two implementations of the seam's ``ClusterSide``: ``cluster_side`` over Ray Client handles (the kernel's Python and
 Ray match the cluster's), ``over_jobs.JobsSide`` over HTTP to raynb's agent, a Ray Job on the head (they do not).

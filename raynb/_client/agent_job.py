@@ -1,4 +1,5 @@
-"""Find or start raynb's agent on a cluster through Ray's Jobs API (``_agent/``), and reach it.
+"""In the kernel, and on the head inside raynb's agent: find or start raynb's agent on a cluster through Ray's Jobs API
+(``_agent/``), and reach it.
 
 One agent serves every kernel of a cluster that runs the same raynb: it is a Ray Job (metadata ``raynb: agent`` and
 a hash of raynb's source), with raynb's package shipped in its runtime environment, so the cluster needs no raynb

@@ -1,7 +1,8 @@
-"""The kernel ↔ cluster seam for the connected cluster: start a run, find one, list, stop and remove runs, and run a
-plain function on a node. Kernel code reaches raynb's actors only through here, ``run_channel.py`` (one run) and
-``warm_channel.py`` (a warm group) -- tests/unit/test_house.py holds it -- so a second way to reach a cluster (Ray Jobs,
-with the kernel's Python and Ray differing from the image's) is one more implementation of these calls."""
+"""In the kernel, and on the head inside raynb's agent: the kernel ↔ cluster seam for the connected cluster: start a
+run, find one, list, stop and remove runs, and run a plain function on a node. Kernel code reaches raynb's actors
+only through here, ``run_channel.py`` (one run) and ``warm_channel.py`` (a warm group) -- tests/unit/test_house.py
+holds it -- so a second way to reach a cluster (Ray Jobs, with the kernel's Python and Ray differing from the
+image's) is one more implementation of these calls."""
 
 from __future__ import annotations
 

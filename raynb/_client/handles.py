@@ -1,6 +1,6 @@
-"""This kernel's Ray connections as raynb's handles see them: which connection is this one (actors of an earlier one
-are gone), the gate every call of the kernel's side goes through, and handles that know their methods without asking
-the cluster.
+"""In the kernel, and on the head inside raynb's agent: this kernel's Ray connections as raynb's handles see them: which
+connection is this one (actors of an earlier one are gone), the gate every call of the kernel's side goes through,
+and handles that know their methods without asking the cluster.
 
 The gate: a kernel that is a plain Ray driver of its head (``_cluster/driver.py``) is ended by Ray when one of its
 threads has a Ray call in flight while the connection shuts down ("The core worker has already been shutdown ... The

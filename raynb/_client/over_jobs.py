@@ -1,7 +1,7 @@
-"""The seam over HTTP: the kernel asks raynb's agent (``_agent/``, a Ray Job on the head) what it would otherwise ask
-the cluster's actors over Ray Client. For a kernel whose Python or Ray is not the cluster's: nothing crosses but
-JSON (``_shared/wire.py``), a cell as source and plain data (``_shared/cell_code.py``), a run's config as a plain
-pickle, and the picture the sink already pickles."""
+"""In the kernel, and on the head inside raynb's agent: the seam over HTTP: the kernel asks raynb's agent (``_agent/``,
+a Ray Job on the head) what it would otherwise ask the cluster's actors over Ray Client. For a kernel whose Python or
+Ray is not the cluster's: nothing crosses but JSON (``_shared/wire.py``), a cell as source and plain data
+(``_shared/cell_code.py``), a run's config as a plain pickle, and the picture the sink already pickles."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""One run on the cluster as the kernel reaches it: its entry in the cluster's registry, its launcher (where
-``fit()`` runs), its sink (the picture, the records, what the workers printed). Every call the kernel makes about a
-run goes through a :class:`RunChannel`; what crosses is plain data (dicts, lists, the pickled picture)."""
+"""In the kernel, and on the head inside raynb's agent: one run on the cluster as the kernel reaches it: its entry in
+the cluster's registry, its launcher (where ``fit()`` runs), its sink (the picture, the records, what the workers
+printed). Every call the kernel makes about a run goes through a :class:`RunChannel`; what crosses is plain data
+(dicts, lists, the pickled picture)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""The kernel's handles on raynb's actors on the cluster: the run registry (created on first use, found by name), a
-new run's free name, and the spare launcher and sink kept warm for the next run (one pair per connection; a spare
-nobody claims exits by itself after ``SPARE_TTL_S``). The spare launcher is the last run's where that run ended by
-itself: its process, with Ray Train and torch imported, serves run after run (``_remote/launcher.py``)."""
+"""In the kernel, and on the head inside raynb's agent: the kernel's handles on raynb's actors on the cluster: the run
+registry (created on first use, found by name), a new run's free name, and the spare launcher and sink kept warm for
+the next run (one pair per connection; a spare nobody claims exits by itself after ``SPARE_TTL_S``). The spare
+launcher is the last run's where that run ended by itself: its process, with Ray Train and torch imported, serves run
+after run (``_remote/launcher.py``)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""A warm group's mailbox as the kernel reaches it: cells go in, each rank's result comes back, an interrupt or the
-end goes to every rank. The mailbox is a plain (not detached) actor of this connection: it goes with the kernel,
-and the warm run's workers, which poll it, end with it."""
+"""In the kernel, and on the head inside raynb's agent: a warm group's mailbox as the kernel reaches it: cells go in,
+each rank's result comes back, an interrupt or the end goes to every rank. The mailbox is a plain (not detached)
+actor of this connection: it goes with the kernel, and the warm run's workers, which poll it, end with it."""
 
 from __future__ import annotations
 

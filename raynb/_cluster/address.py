@@ -1,8 +1,8 @@
-"""A Ray cluster raynb did not start, reached at the address a user gives: ``raynb.up(address="ray://host:10001")``
-(Ray Client, or Ray Jobs through the dashboard beside it when the kernel's Python or Ray differs) or
-``address="http://host:8265"`` (its dashboard: Ray Jobs). Connected to and used like any other, never stopped --
-``down`` only disconnects, for it is not raynb's to stop. The cluster may not have raynb installed, so the package
-travels with the connection, as on Kubernetes."""
+"""In the kernel: a Ray cluster raynb did not start, reached at the address a user gives:
+``raynb.up(address="ray://host:10001")`` (Ray Client, or Ray Jobs through the dashboard beside it when the kernel's
+Python or Ray differs) or ``address="http://host:8265"`` (its dashboard: Ray Jobs). Connected to and used like any
+other, never stopped -- ``down`` only disconnects, for it is not raynb's to stop. The cluster may not have raynb
+installed, so the package travels with the connection, as on Kubernetes."""
 
 from __future__ import annotations
 

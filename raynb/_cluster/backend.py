@@ -1,6 +1,6 @@
-"""What a :class:`~raynb.Cluster` needs from where its head runs. One module per backend implements it, beside this
-one: ``embedded.py`` (the embedded head on this machine), ``kubernetes.py`` (a KubeRay RayCluster), ``address.py`` (a
-running cluster raynb did not start). A new way to reach a head is a new module, not new branches."""
+"""In the kernel: what a :class:`~raynb.Cluster` needs from where its head runs. One module per backend implements it,
+beside this one: ``embedded.py`` (the embedded head on this machine), ``kubernetes.py`` (a KubeRay RayCluster),
+``address.py`` (a running cluster raynb did not start). A new way to reach a head is a new module, not new branches."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The dashboard's address as the user's browser can open it. Pure.
+"""In the kernel: the dashboard's address as the user's browser can open it. Pure.
 
 raynb reaches the dashboard at ``127.0.0.1:PORT`` on the kernel's machine (the embedded head, or the port-forward to
 a RayCluster's head). Where the browser is not on that machine -- JupyterHub, SageMaker Studio -- that link opens

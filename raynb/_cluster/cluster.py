@@ -1,4 +1,5 @@
-"""The ``Cluster`` a notebook works with: which backend runs its head, how to reach it, what it has, how to stop it.
+"""In the kernel: the ``Cluster`` a notebook works with: which backend runs its head, how to reach it, what it has, how
+to stop it.
 
 ``up``, ``down``, ``clusters`` and ``Cluster.from_name`` choose a backend (``embedded.py``, ``kubernetes.py`` or
 ``address.py``); everything else goes through the backend's interface (``backend.py``). The current cluster is kept in

@@ -1,9 +1,9 @@
-"""How the kernel reaches a cluster: Ray Client (the kernel's Python minor and Ray are the cluster's; code objects
-cross), or Ray Jobs through raynb's agent (``_agent/``; they differ: a cell crosses as source and plain data). The
-``connect_via`` setting forces either; ``auto`` asks the dashboard for the cluster's Ray first, and takes Ray Jobs
-also when Ray Client refuses a Python that differs. The embedded head, on the kernel's own machine with its Python
-and Ray, is reached under ``auto`` as plain Ray reaches it, by a driver (``driver.py``): the same Ray handles as Ray
-Client's, without a server process per kernel. The seam implementation chosen is the one kernel code gets from
+"""In the kernel: how the kernel reaches a cluster: Ray Client (the kernel's Python minor and Ray are the cluster's;
+code objects cross), or Ray Jobs through raynb's agent (``_agent/``; they differ: a cell crosses as source and plain
+data). The ``connect_via`` setting forces either; ``auto`` asks the dashboard for the cluster's Ray first, and takes
+Ray Jobs also when Ray Client refuses a Python that differs. The embedded head, on the kernel's own machine with its
+Python and Ray, is reached under ``auto`` as plain Ray reaches it, by a driver (``driver.py``): the same Ray handles
+as Ray Client's, without a server process per kernel. The seam implementation chosen is the one kernel code gets from
 ``_client.side()``."""
 
 from __future__ import annotations

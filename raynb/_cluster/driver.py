@@ -1,7 +1,8 @@
-"""The kernel as a Ray driver of the embedded head on its own machine: ``ray.init`` on the head's GCS address, the way
-plain Ray's ``ray.init()`` connects. Ray Client, the way to every other cluster, starts a server process on the head
-for each kernel that connects (Python, Ray, a driver of its own: ~5 s of a 2-core machine at every ``up``); a kernel
-beside the head does not need one. Both give the seam the same Ray handles (``_client/cluster_side.py``).
+"""In the kernel: the kernel as a Ray driver of the embedded head on its own machine: ``ray.init`` on the head's GCS
+address, the way plain Ray's ``ray.init()`` connects. Ray Client, the way to every other cluster, starts a server
+process on the head for each kernel that connects (Python, Ray, a driver of its own: ~5 s of a 2-core machine at
+every ``up``); a kernel beside the head does not need one. Both give the seam the same Ray handles
+(``_client/cluster_side.py``).
 
 What Ray does to a driver that a notebook must not suffer is handled here:
 

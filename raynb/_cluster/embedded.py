@@ -1,4 +1,5 @@
-"""The embedded backend: a Ray head on this machine, started and supervised by ``_cluster/embedded_head.py``."""
+"""In the kernel: the embedded backend: a Ray head on this machine, started and supervised by
+``_cluster/embedded_head.py``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The embedded Ray head: started by raynb as its own process tree, reused, and never left behind.
+"""In the kernel and the head's supervisor: the embedded Ray head: started by raynb as its own process tree, reused, and
+never left behind.
 
 One head per machine user lives in ``$RAYNB_HOME/local`` (default ``~/.raynb/local``). A small supervisor process
 (``python -m raynb._cluster.head_supervisor supervise``) leads a new session, starts ``ray start --head --block``

@@ -1,5 +1,5 @@
-"""The head pod's own Kubernetes account (``manifests/head-identity.yaml``): a ServiceAccount named after the
-RayCluster, with ``get`` and ``patch`` on that one RayCluster, so the head can say what runs on it
+"""In the kernel: the head pod's own Kubernetes account (``manifests/head-identity.yaml``): a ServiceAccount named after
+the RayCluster, with ``get`` and ``patch`` on that one RayCluster, so the head can say what runs on it
 (``_remote/kube_notice.py``). ``up`` makes it before the RayCluster and hands it to the RayCluster after."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The kernel's process: the ``ray start --head`` command line of a new embedded head, on ports of its own.
+"""In the kernel: the ``ray start --head`` command line of a new embedded head, on ports of its own.
 
 Every port is chosen here, on loopback, so two users' heads on one machine never meet and nothing listens outside it.
 """

@@ -1,4 +1,5 @@
-"""Whether a running embedded head can serve this kernel before it is reused (``embedded_head.start_head``)."""
+"""In the kernel: whether a running embedded head can serve this kernel before it is reused
+(``embedded_head.start_head``)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""The embedded head's supervisor: ``python -m raynb._cluster.head_supervisor supervise DIR`` leads a new session,
-runs ``ray start --head --block`` under it, and ends the whole process group when the last kernel that owns the head
-is gone and no run holds a lease, or when ``down`` removes ``head.json``. ``stop`` and ``status`` stop the head or
-print its record from a shell. The on-disk protocol it shares with the kernel is in ``embedded_head.py``."""
+"""In the head's supervisor: the embedded head's supervisor: ``python -m raynb._cluster.head_supervisor supervise DIR``
+leads a new session, runs ``ray start --head --block`` under it, and ends the whole process group when the last
+kernel that owns the head is gone and no run holds a lease, or when ``down`` removes ``head.json``. ``stop`` and
+``status`` stop the head or print its record from a shell. The on-disk protocol it shares with the kernel is in
+``embedded_head.py``."""
 
 from __future__ import annotations
 

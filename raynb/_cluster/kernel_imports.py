@@ -1,4 +1,4 @@
-"""Ray Train imported in the kernel while a new embedded head boots, not on the first run's path.
+"""In the kernel: Ray Train imported in the kernel while a new embedded head boots, not on the first run's path.
 
 A run's ``ScalingConfig`` and ``RunConfig`` are made in the kernel (``_runs/trainer_config.py``), and so the kernel's
 first run imported Ray Train there: 0.8 s on the 2-core host, 2.6 s on an H100 node (record

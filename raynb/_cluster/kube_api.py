@@ -1,5 +1,5 @@
-"""Every Kubernetes API call raynb makes on a RayCluster: server-side apply, waiting with diagnostics, status, pods,
-nodes, logs, the head's token, delete.
+"""In the kernel: every Kubernetes API call raynb makes on a RayCluster: server-side apply, waiting with diagnostics,
+status, pods, nodes, logs, the head's token, delete.
 
 Knows RayClusters, pods, nodes and events; knows nothing of Ray Train. Reaching the API and the wording of its
 refusals (``api_call``) are in ``kube_connect.py``; a refusal only one call can get keeps its wording here, beside it.

@@ -1,7 +1,7 @@
-"""How raynb reaches the Kubernetes API: the kubeconfig (or a pod's service account), who this kernel is there, and
-what each refusal tells the user -- every API error becomes a :class:`KubeError` that names what was refused and what
-to do (RBAC verb and resource, missing CRD, missing namespace, unreachable API server, expired credentials). The calls
-themselves are in ``kube_api.py``."""
+"""In the kernel: how raynb reaches the Kubernetes API: the kubeconfig (or a pod's service account), who this kernel is
+there, and what each refusal tells the user -- every API error becomes a :class:`KubeError` that names what was
+refused and what to do (RBAC verb and resource, missing CRD, missing namespace, unreachable API server, expired
+credentials). The calls themselves are in ``kube_api.py``."""
 
 from __future__ import annotations
 

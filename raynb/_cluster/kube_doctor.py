@@ -1,4 +1,4 @@
-"""The EFA/GPU checklist of ``%raycluster doctor`` on Kubernetes.
+"""In the kernel: the EFA/GPU checklist of ``%raycluster doctor`` on Kubernetes.
 
 :func:`evaluate` is pure (RayCluster, pods, nodes, DaemonSets, DRA ResourceSlices as API dicts -> one check per
 function below); :func:`kube_checks` reads them.

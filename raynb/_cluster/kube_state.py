@@ -1,4 +1,5 @@
-"""Pure Kubernetes state: RayCluster spec differences, readiness from conditions, pod and node rows for status.
+"""In the kernel: pure Kubernetes state: RayCluster spec differences, readiness from conditions, pod and node rows for
+status.
 
 Functions of API dicts (as ``kubectl get -o json`` shows them), tested without a cluster; the calls that fetch those
 dicts are in ``_cluster/kube_api.py``.

@@ -1,4 +1,5 @@
-"""The Kubernetes backend: a KubeRay RayCluster rendered from the values file, reached through port-forwards.
+"""In the kernel: the Kubernetes backend: a KubeRay RayCluster rendered from the values file, reached through
+port-forwards.
 
 :class:`KubernetesBackend` is what a :class:`~raynb.Cluster` holds for such a cluster; :func:`up` applies (or reuses)
 the RayCluster and waits for it; :func:`attach` finds one by name; :func:`delete` and :func:`rows` serve

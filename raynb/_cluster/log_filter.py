@@ -1,4 +1,4 @@
-"""What of the cluster's log stream reaches the cell. Pure: lines in, lines out.
+"""In the kernel: what of the cluster's log stream reaches the cell. Pure: lines in, lines out.
 
 Ray Client forwards every actor's output to the notebook. Two kinds of lines are not the user's business there:
 Ray's own chatter on every run (:data:`KNOWN_NOISE`), and Ray Train's copies of a failing rank's traceback -- the

@@ -1,4 +1,5 @@
-"""Why a RayCluster's pods are not running yet, in words: pure functions of pod and event dicts (as the API gives them).
+"""In the kernel: why a RayCluster's pods are not running yet, in words: pure functions of pod and event dicts (as the
+API gives them).
 
 The scheduler's ``PodScheduled=False/Unschedulable`` message and the kubelet's container ``waiting`` reasons say what
 is wrong; this module turns them into one line a notebook user can act on, with the values-file knob to turn.

@@ -1,5 +1,5 @@
-"""Forward a local port on 127.0.0.1 to a pod's port through the Kubernetes API (``pods/portforward``), like
-``kubectl port-forward``, without kubectl.
+"""In the kernel: forward a local port on 127.0.0.1 to a pod's port through the Kubernetes API (``pods/portforward``),
+like ``kubectl port-forward``, without kubectl.
 
 Each local TCP connection gets its own tunnel (a websocket to the API server), so a tunnel that drops takes one
 connection with it and the next connection opens a fresh one — to the pod ``pod_name()`` names *then*, so a head pod

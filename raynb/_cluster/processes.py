@@ -1,5 +1,5 @@
-"""This machine's processes as the embedded head sees them: is one alive (a zombie counts as gone), which belong to
-a head (its process group, or naming its temp dir), kill them."""
+"""In the kernel and the head's supervisor: this machine's processes as the embedded head sees them: is one alive (a
+zombie counts as gone), which belong to a head (its process group, or naming its temp dir), kill them."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""The kernel's process: Ray's token, auth and version preflight; the Ray Client connection (connect with retry,
-disconnect) to a cluster the kernel does not share a machine with. The embedded head is reached by a driver instead
-(``driver.py``); ``connection.py`` chooses.
-"""
+"""In the kernel: Ray's token, auth and version preflight; the Ray Client connection (connect with retry, disconnect) to
+a cluster the kernel does not share a machine with. The embedded head is reached by a driver instead (``driver.py``);
+``connection.py`` chooses."""
 
 from __future__ import annotations
 

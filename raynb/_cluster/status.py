@@ -1,5 +1,5 @@
-"""What ``Cluster.status()`` answers: Ray's nodes and resources, the RayCluster's pods and nodes, the warm group and
-what the GPU nodes cost. Plain data; ``display/cluster_view.py`` draws it."""
+"""In the kernel: what ``Cluster.status()`` answers: Ray's nodes and resources, the RayCluster's pods and nodes, the
+warm group and what the GPU nodes cost. Plain data; ``display/cluster_view.py`` draws it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The all-reduce probe: bus bandwidth per message size across the cluster's workers, next to NCCL's transport.
+"""In the kernel: the all-reduce probe: bus bandwidth per message size across the cluster's workers, next to NCCL's
+transport.
 
 Runs as an ordinary raynb training run (live chart, NCCL badges) with NCCL on GPUs and gloo on CPUs.
 ``compare_tcp=True`` runs it again with sockets forced (the sample's EFA-vs-TCP check) and gives the ratio.

@@ -1,4 +1,4 @@
-"""Preflight checks with a fix for each failure; reads the cluster, never changes it.
+"""In the kernel: preflight checks with a fix for each failure; reads the cluster, never changes it.
 
 On the embedded cluster it checks what applies there: notebook vs cluster Ray/Python, the dashboard, GPUs the
 machine has vs GPUs the cluster offers, /dev/shm, the runs' storage (a file written on a worker node and read on the

@@ -1,6 +1,7 @@
-"""The doctor's round trip through the runs' storage: a file written where the workers run and read where the head
-runs, and back, through the same filesystem Ray Train uses (pyarrow's, from the storage path's URI). It names the side
-that failed. It cannot see IAM: when S3 refuses, the fix names the service account and the permissions to grant.
+"""In the kernel: the doctor's round trip through the runs' storage: a file written where the workers run and read where
+the head runs, and back, through the same filesystem Ray Train uses (pyarrow's, from the storage path's URI). It
+names the side that failed. It cannot see IAM: when S3 refuses, the fix names the service account and the permissions
+to grant.
 
 The two tasks run on the cluster (raynb is importable there: the embedded head's machine, or shipped with the job)."""
 

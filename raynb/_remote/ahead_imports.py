@@ -1,7 +1,7 @@
-"""A Train worker's process imports the slow packages the run's function will import (``_runs/cell_imports.py``
-read the names, ``RAYNB_PRELOAD`` carries them) while it waits for Ray Train, from a thread raynb's setup hook
-starts (``train_processes.preload``) once torch is in. An optimisation only: whatever fails here, the function
-imports again and reports.
+"""In each Train worker: a Train worker's process imports the slow packages the run's function will import
+(``_runs/cell_imports.py`` read the names, ``RAYNB_PRELOAD`` carries them) while it waits for Ray Train, from a
+thread raynb's setup hook starts (``train_processes.preload``) once torch is in. An optimisation only: whatever fails
+here, the function imports again and reports.
 
 Only the packages of :data:`~raynb._shared.worker_env.AHEAD` (transformers and its kin), because of what a module
 imported here meets:

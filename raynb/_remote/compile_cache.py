@@ -1,5 +1,5 @@
-"""torch.compile's work carried in the run's storage, so a node that starts empty (a new pod, a new cluster) reads
-what an earlier run compiled instead of compiling from nothing.
+"""In each Train worker: torch.compile's work carried in the run's storage, so a node that starts empty (a new pod, a
+new cluster) reads what an earlier run compiled instead of compiling from nothing.
 
 On one node the caches already persist between runs (Inductor's ``/tmp/torchinductor_<user>``, Triton's
 ``~/.triton``). Across nodes raynb keeps PyTorch's portable cache artifacts (``torch.compiler.save_cache_artifacts``,

@@ -1,5 +1,5 @@
-"""What every detached actor of raynb shares, inside the actor: its CPU priority, and how a spare nobody claimed
-goes away (where it is placed: ``_shared/seam.py``).
+"""On the head: what every detached actor of raynb shares, inside the actor: its CPU priority, and how a spare nobody
+claimed goes away (where it is placed: ``_shared/seam.py``).
 
 Detached actors outlive the kernel that created them (a run belongs to the cluster). The price is that nothing
 cleans them up with the connection, so a spare made in advance exits by itself unless a run claims it.

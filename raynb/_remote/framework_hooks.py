@@ -1,10 +1,10 @@
-"""How far a run is, where its training framework already knows, with no line in the cell. Hugging Face's Trainer
-tells its callbacks ``state.global_step`` and ``state.max_steps`` at the end of every step; Lightning's Trainer knows
-``global_step`` and ``estimated_stepping_batches`` (its ``max_steps``, or what its epochs and data make). raynb hooks
-each framework in the worker process -- whether the cell imported it before the run or imports it during it -- and
-sends the two as a progress sample (``kind: "progress"``, at most one a second per rank, never a Ray call), so the
-live view has a progress bar, the time left and a stall verdict, and steps advance between the framework's own
-reports. Only for the run's life: ``install`` returns what undoes it."""
+"""In each Train worker: how far a run is, where its training framework already knows, with no line in the cell. Hugging
+Face's Trainer tells its callbacks ``state.global_step`` and ``state.max_steps`` at the end of every step;
+Lightning's Trainer knows ``global_step`` and ``estimated_stepping_batches`` (its ``max_steps``, or what its epochs
+and data make). raynb hooks each framework in the worker process -- whether the cell imported it before the run or
+imports it during it -- and sends the two as a progress sample (``kind: "progress"``, at most one a second per rank,
+never a Ray call), so the live view has a progress bar, the time left and a stall verdict, and steps advance between
+the framework's own reports. Only for the run's life: ``install`` returns what undoes it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Each training worker's GPU, read through NVML about once a second: utilisation, memory used and total, power.
+"""In each Train worker: each training worker's GPU, read through NVML about once a second: utilisation, memory used and
+total, power.
 
 Worker side: the standard library and NVML's Python bindings only: nvidia-ml-py (``pynvml``) where installed, else
 the copy Ray itself ships and counts GPUs with (``ray._private.thirdparty.pynvml``), so every install that has Ray

@@ -1,8 +1,8 @@
-"""The head's writes of the run notice (``_shared/run_notice.py``) on its own RayCluster, with the head pod's service
-account -- in-cluster, as any pod reaches the Kubernetes API: the API server from ``KUBERNETES_SERVICE_HOST`` /
-``_PORT``, the account's token, CA and namespace from the folder Kubernetes mounts into the pod, the RayCluster's name
-from ``RAY_CLUSTER_NAME`` (KubeRay sets it in every Ray container). Standard library only: the cluster's image needs
-no Kubernetes client.
+"""On the head: the head's writes of the run notice (``_shared/run_notice.py``) on its own RayCluster, with the head
+pod's service account -- in-cluster, as any pod reaches the Kubernetes API: the API server from
+``KUBERNETES_SERVICE_HOST`` / ``_PORT``, the account's token, CA and namespace from the folder Kubernetes mounts into
+the pod, the RayCluster's name from ``RAY_CLUSTER_NAME`` (KubeRay sets it in every Ray container). Standard library
+only: the cluster's image needs no Kubernetes client.
 
 What the account may do is the cluster's: ``up`` makes the head's ServiceAccount with ``get`` and ``patch`` on this
 one RayCluster (``manifests/head-identity.yaml``); KubeRay's autoscaler account has them too. Outside a pod (the

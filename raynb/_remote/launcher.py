@@ -1,5 +1,5 @@
-"""The launcher actor that hosts ``TorchTrainer.fit()`` on the cluster (the spare kept warm for the next run is the
-kernel's: ``_client/spares.py``).
+"""On the head: the launcher actor that hosts ``TorchTrainer.fit()`` on the cluster (the spare kept warm for the next
+run is the kernel's: ``_client/spares.py``).
 
 A launcher serves one run at a time and, once its run has ended, the next run of the same kernel: the process and
 its import of Ray Train and torch (seconds of CPU on a small head, on the path of every cell) are paid once per

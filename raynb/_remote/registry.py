@@ -1,5 +1,5 @@
-"""The cluster's list of runs: one detached, named actor (``raynb-runs`` in the ``raynb`` namespace) per cluster,
-started and asked by the kernel through ``_client/spares.py``.
+"""On the head: the cluster's list of runs: one detached, named actor (``raynb-runs`` in the ``raynb`` namespace) per
+cluster, started and asked by the kernel through ``_client/spares.py``.
 
 A run belongs to the cluster, not to the kernel that started it: its launcher (which calls ``TorchTrainer.fit()``)
 and its metrics sink are detached actors, and this registry holds their handles with what a later kernel needs to

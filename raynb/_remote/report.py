@@ -1,5 +1,5 @@
-"""Live metrics, the workers' end: ``raynb.report()`` on workers -> a sink actor (``sink.py``) -> the notebook
-(``_runs/stream.py``).
+"""In each Train worker: live metrics, the workers' end: ``raynb.report()`` on workers -> a sink actor (``sink.py``) ->
+the notebook (``_runs/stream.py``).
 
 Worker side, :func:`report` appends a record to an in-process queue (microseconds, never a Ray call, never a CUDA
 sync: tensors are converted later) and a flusher thread ships batches: over the node's socket where the sink is on

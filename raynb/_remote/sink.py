@@ -1,10 +1,10 @@
-"""The run's history on the cluster: every record (spilled to a file past ``mem_records``), every event, the lines
-the workers printed, and the run's picture (``_shared/picture.py``), kept by one detached threaded actor per run on
-the head node. Workers push to it (``report.Reporter``); notebooks read from it (``_stream.MetricStream``); the kernel starts
-it (``_client/spares.py``). Workers on its node hand it their batches over a Unix socket instead of Ray's calls
-(``node_channel.py``). Once the run has ended, it hands its history to files (:meth:`MetricsSink.retire`) and exits;
-the registry answers for the run from them.
-Imports nothing heavier than Ray.
+"""On the head: the run's history on the cluster: every record (spilled to a file past ``mem_records``), every event,
+the lines the workers printed, and the run's picture (``_shared/picture.py``), kept by one detached threaded actor
+per run on the head node. Workers push to it (``report.Reporter``); notebooks read from it
+(``_stream.MetricStream``); the kernel starts it (``_client/spares.py``). Workers on its node hand it their batches
+over a Unix socket instead of Ray's calls (``node_channel.py``). Once the run has ended, it hands its history to
+files (:meth:`MetricsSink.retire`) and exits; the registry answers for the run from them. Imports nothing heavier
+than Ray.
 
 What a call costs the sink is Ray's machinery more than the sink's work (2-core host, 2 workers pushing 10 times a
 second: 0.15 ms of ``Aggregate.add`` in a call of ~4 ms), and it is taken while training runs. So the actor is

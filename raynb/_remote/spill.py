@@ -1,6 +1,6 @@
-"""A run's oldest records on the sink's disk: one JSON line each, and the byte offset of every ``EVERY``-th, so a
-kernel attaching late reads any record without reading the file from its start (``sink.py`` keeps the offsets).
-Imports nothing heavier than the standard library."""
+"""On the head: a run's oldest records on the sink's disk: one JSON line each, and the byte offset of every
+``EVERY``-th, so a kernel attaching late reads any record without reading the file from its start (``sink.py`` keeps
+the offsets). Imports nothing heavier than the standard library."""
 
 from __future__ import annotations
 

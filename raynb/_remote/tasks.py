@@ -1,6 +1,7 @@
-"""What the kernel ships to the cluster as plain functions: the all-reduce sweep each worker of ``raynb.bench`` runs,
-and the doctor's node tasks (a node's facts; the storage round trip's write and read). Ray pickles a module-level
-function by its module's name, so whatever runs one imports this module: it holds only cluster code."""
+"""On each node (Ray tasks): what the kernel ships to the cluster as plain functions: the all-reduce sweep each worker
+of ``raynb.bench`` runs, and the doctor's node tasks (a node's facts; the storage round trip's write and read). Ray
+pickles a module-level function by its module's name, so whatever runs one imports this module: it holds only cluster
+code."""
 
 from __future__ import annotations
 

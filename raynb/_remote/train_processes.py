@@ -1,5 +1,5 @@
-"""Ray Train's processes for a run, started by the launcher as the run begins, side by side, instead of one after
-another on the run's way to its function (issue 39).
+"""On the head (the launcher) and in each Train worker: Ray Train's processes for a run, started by the launcher as the
+run begins, side by side, instead of one after another on the run's way to its function (issue 39).
 
 ``fit()`` makes its controller, the controller makes its helpers (a placement-group cleaner, a synchronisation
 actor, a dataset manager) and then the workers. Each is a new Python process: the controller's and the workers'

@@ -1,4 +1,5 @@
-"""What a warm worker group runs: one Ray Train function that executes notebook cells as they arrive.
+"""In each Train worker: what a warm worker group runs: one Ray Train function that executes notebook cells as they
+arrive.
 
 Each rank keeps a namespace across cells (what a cell assigns at top level is there in the next one, as on
 ipyparallel's engines); the notebook globals a cell reads travel with it, except names a warm cell on this rank

@@ -1,4 +1,4 @@
-"""What runs inside every Ray Train worker around the user's function.
+"""In each Train worker: what runs inside every Ray Train worker around the user's function.
 
 Sets up the metrics reporter, routes metric-only ``ray.train.report`` calls to it (Ray's own path blocks each call
 for about the controller's health-check interval), runs the function in the notebook's folder when that folder

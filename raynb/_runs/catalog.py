@@ -1,7 +1,6 @@
-"""The runs on the connected cluster, from any kernel: list, attach, stop, remove (``raynb.runs()``,
-``raynb.attach(name)``, ``raynb.stop_run(name)``, ``raynb.remove_run(name)``, ``raynb.run_logs(name)``;
-``%raytrain ls|attach|stop|rm|logs``). The runs themselves live in the cluster's registry
-(``_remote/registry.py``)."""
+"""In the kernel: the runs on the connected cluster, from any kernel: list, attach, stop, remove (``raynb.runs()``,
+``raynb.attach(name)``, ``raynb.stop_run(name)``, ``raynb.remove_run(name)``, ``raynb.run_logs(name)``; ``%raytrain
+ls|attach|stop|rm|logs``). The runs themselves live in the cluster's registry (``_remote/registry.py``)."""
 
 from __future__ import annotations
 

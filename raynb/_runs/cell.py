@@ -1,4 +1,4 @@
-"""Turn a ``%%raytrain`` cell into the function Ray Train runs on every worker.
+"""In the kernel: turn a ``%%raytrain`` cell into the function Ray Train runs on every worker.
 
 The cell body becomes ``def train_loop_per_worker(config): <cell>`` without shifting line numbers: the body is parsed
 on its own and wrapped in a FunctionDef node, so a traceback's line N is the cell's line N as the notebook shows it

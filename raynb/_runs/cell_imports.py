@@ -1,5 +1,5 @@
-"""What a run's function will import, read from its bytecode in the kernel, so the workers' processes can import the
-slow packages of it (:data:`~raynb._shared.worker_env.AHEAD`) while they wait for Ray Train
+"""In the kernel: what a run's function will import, read from its bytecode in the kernel, so the workers' processes can
+import the slow packages of it (:data:`~raynb._shared.worker_env.AHEAD`) while they wait for Ray Train
 (``_remote/ahead_imports.py``).
 
 Measured on an H100 (records first_step-h100-2026-12-07, -07b): a cold run's worker spent 6.3-11.8 s in its

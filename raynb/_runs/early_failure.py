@@ -1,6 +1,6 @@
-"""A run that has failed before Ray Train says so: a worker raised on the run's last attempt (no restart left), so
-the group fails whatever the controller decides at its next poll (every ``health_check_interval_s``, then the
-workers' shutdown: about 3 s on 2 cores). The kernel shows the error when the worker's own event comes in, a
+"""In the kernel: a run that has failed before Ray Train says so: a worker raised on the run's last attempt (no restart
+left), so the group fails whatever the controller decides at its next poll (every ``health_check_interval_s``, then
+the workers' shutdown: about 3 s on 2 cores). The kernel shows the error when the worker's own event comes in, a
 moment's grace later for its peers' errors, and lets the run wind down behind the cell (``Run._finish``)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""The runs this machine's kernels started or attached to, per cluster, so that a run gone with its cluster's head
-(the head restarted, or its pod was replaced) is told apart from a misspelt name. A few hundred JSON lines in
-``$RAYNB_HOME/runs-seen.jsonl`` (default ``~/.raynb``); nothing here is needed for a run to work."""
+"""In the kernel: the runs this machine's kernels started or attached to, per cluster, so that a run gone with its
+cluster's head (the head restarted, or its pod was replaced) is told apart from a misspelt name. A few hundred JSON
+lines in ``$RAYNB_HOME/runs-seen.jsonl`` (default ``~/.raynb``); nothing here is needed for a run to work."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A run's records as the table ``run.metrics`` returns (pandas, in the kernel)."""
+"""In the kernel: a run's records as the table ``run.metrics`` returns (pandas, in the kernel)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""Will a run's workers fit the cluster: against what it has now, or, autoscaled, what it has at full size; and each
-worker on a node of its own size (Ray places a worker on one node: 2 workers of 6 CPUs never fit two 4-CPU nodes,
-though 8 CPUs is more than 12 is not). Refused at once when never, said when only once it has grown; nothing waits
-forever on a shape that cannot be placed."""
+"""In the kernel: will a run's workers fit the cluster: against what it has now, or, autoscaled, what it has at full
+size; and each worker on a node of its own size (Ray places a worker on one node: 2 workers of 6 CPUs never fit two
+4-CPU nodes, though 8 CPUs is more than 12 is not). Refused at once when never, said when only once it has grown;
+nothing waits forever on a shape that cannot be placed."""
 
 from __future__ import annotations
 

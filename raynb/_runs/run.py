@@ -1,4 +1,4 @@
-"""A training run as the notebook sees it: its spec, status, metrics, NCCL summaries and error.
+"""In the kernel: a training run as the notebook sees it: its spec, status, metrics, NCCL summaries and error.
 
 The run's ``fit()`` happens in a detached launcher actor (``_remote/launcher.py``) listed in the cluster's run registry
 (``_remote/registry.py``): the run belongs to the cluster, and this object follows it -- from the kernel that started

@@ -1,4 +1,4 @@
-"""What failed in a run, assembled from the workers' events and the launcher's outcome. Pure."""
+"""In the kernel: what failed in a run, assembled from the workers' events and the launcher's outcome. Pure."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Where a run's checkpoints go, and whether every node of the cluster can reach it. Pure.
+"""In the kernel: where a run's checkpoints go, and whether every node of the cluster can reach it. Pure.
 
 Ray Train (V2) refuses to persist a checkpoint to a path local to one node once the run spans several ("A local path
 on the head node is not accessible by worker nodes"), after all the training steps; AWS's Ray Train DLC docs say the

@@ -1,5 +1,5 @@
-"""Live metrics, the notebook's end: a thread that long-polls the run's sink (``_remote/sink.py``) for its picture and
-events; the records themselves only when asked (``run.metrics``)."""
+"""In the kernel: live metrics, the notebook's end: a thread that long-polls the run's sink (``_remote/sink.py``) for
+its picture and events; the records themselves only when asked (``run.metrics``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Starting runs: ``raynb.train(fn)`` and the ``%%raytrain`` cell both come through here.
+"""In the kernel: starting runs: ``raynb.train(fn)`` and the ``%%raytrain`` cell both come through here.
 
 Checks the cluster can place the run (before anything waits forever), builds each worker's environment, ships the
 function, and waits with a live view. The Run itself is ``run.py``; the actor hosting ``fit()`` is

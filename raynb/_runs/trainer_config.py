@@ -1,5 +1,5 @@
-"""Ray Train's own config objects, merged with raynb's defaults, in the notebook (so a conflict is an error before
-anything starts); the launcher passes the result to ``TorchTrainer`` unchanged.
+"""In the kernel: Ray Train's own config objects, merged with raynb's defaults, in the notebook (so a conflict is an
+error before anything starts); the launcher passes the result to ``TorchTrainer`` unchanged.
 
 A user who has a ``ScalingConfig``, ``RunConfig``, ``TorchConfig``, ``CheckpointConfig``, datasets or a
 ``DataConfig`` gives them to ``raynb.train``; raynb adds what it needs (the worker environment, Train's log level, the

@@ -1,4 +1,5 @@
-"""Warm workers: a Ray Train worker group that lives across cells (``%%raytrain --warm``, ``raynb.warm()``).
+"""In the kernel: warm workers: a Ray Train worker group that lives across cells (``%%raytrain --warm``,
+``raynb.warm()``).
 
 The group is one ordinary raynb run (listed by ``%raytrain ls``, drawn live, NCCL badges and all) whose function is
 ``_remote/warm_worker.warm_loop``: it takes cells from a mailbox actor and runs them in a namespace each rank keeps. The

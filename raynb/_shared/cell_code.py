@@ -1,5 +1,5 @@
-"""A cell as source and plain data, for a cluster whose Python may not be the kernel's (the Ray Jobs path): code
-objects do not cross Python minors, source does. Both sides import this; standard library only.
+"""In any process: a cell as source and plain data, for a cluster whose Python may not be the kernel's (the Ray Jobs
+path): code objects do not cross Python minors, source does. Both sides import this; standard library only.
 
 ``wrap`` turns a cell body into ``def train_loop_per_worker(config): <cell>`` without shifting line numbers (the
 kernel compiles it once to check it, the worker again to run it). A packed cell (:func:`pack`) holds the body or a

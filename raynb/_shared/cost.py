@@ -1,4 +1,5 @@
-"""What a cluster's GPU nodes cost to keep: the instance presets' hourly prices x nodes x time. Pure: no I/O.
+"""In any process: what a cluster's GPU nodes cost to keep: the instance presets' hourly prices x nodes x time. Pure: no
+I/O.
 
 The prices in ``presets.yaml`` are on-demand Linux list prices in us-east-1 (the file names the source and its date).
 Another region, a Savings Plan or Spot changes them, so raynb says "about" and names the basis. Only the GPU nodes

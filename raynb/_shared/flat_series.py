@@ -1,4 +1,4 @@
-"""The picture's series as flat arrays of floats (``picture.py`` holds what they mean).
+"""In any process: the picture's series as flat arrays of floats (``picture.py`` holds what they mean).
 
 The picture crosses the wire up to four times a second (sink -> notebook). Held as a few ``array('d')`` it pickles
 as bytes; held as thousands of tuples and lists it cost the sink and the kernel their CPU -- the kernel a full garbage

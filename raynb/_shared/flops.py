@@ -1,4 +1,4 @@
-"""Model FLOPs utilisation (MFU): FLOPs a training step needs per token, and the GPU's dense bf16 peak.
+"""In any process: model FLOPs utilisation (MFU): FLOPs a training step needs per token, and the GPU's dense bf16 peak.
 
 Pure arithmetic, importable anywhere (kernel, workers): nothing here touches a GPU.
 

@@ -1,6 +1,6 @@
-"""This machine's side of the embedded head's protocol, shared by the kernel, the head's supervisor and the launcher
-actor: the leases a run keeps on the head (files in the head's state dir), and the GPUs this host has. Standard
-library only."""
+"""In any process: this machine's side of the embedded head's protocol, shared by the kernel, the head's supervisor and
+the launcher actor: the leases a run keeps on the head (files in the head's state dir), and the GPUs this host has.
+Standard library only."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every process: how a run ended -- its :class:`RunStatus` and its :class:`Outcome` -- declared once for the launcher
+"""In any process: how a run ended -- its :class:`RunStatus` and its :class:`Outcome` -- declared once for the launcher
 and the registry that make it, the seam that carries it, and the kernel and the agent that read it. Standard library
 only.
 

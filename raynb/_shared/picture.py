@@ -1,4 +1,5 @@
-"""The picture of a run, aggregated as records arrive: each record costs O(1) and the whole stays bounded.
+"""In any process: the picture of a run, aggregated as records arrive: each record costs O(1) and the whole stays
+bounded.
 
 One :class:`Aggregate` lives in the run's metrics sink on the cluster (``_remote/sink.py``) and is what a notebook
 fetches to draw: a day-long run of many ranks is a few thousand points, not millions of records. Records of one rank

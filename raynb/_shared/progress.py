@@ -1,4 +1,4 @@
-"""How far a run is, when it will end, and whether it is stuck: pure functions of the run's picture
+"""In any process: how far a run is, when it will end, and whether it is stuck: pure functions of the run's picture
 (``picture.Aggregate``), the time now and the run's settings. The live view, ``run.progress``, ``%raytrain ls`` and
 the registry's stall guard (``--on-stall stop``) all read these, so they never disagree.
 

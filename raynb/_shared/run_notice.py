@@ -1,4 +1,4 @@
-"""What a RayCluster says of the runs on it, for those outside the notebook: ``kubectl``, a colleague's
+"""In any process: what a RayCluster says of the runs on it, for those outside the notebook: ``kubectl``, a colleague's
 ``%raycluster list``, an idle policy. Standard library only.
 
 raynb's run registry, on the head, keeps two fields of its RayCluster's metadata current (``_remote/kube_notice.py``

@@ -1,5 +1,5 @@
-"""What a run is asked to be: the shape, the function's config, the workers' environment -- as the notebook
-resolved it, and (``summary``) as the cluster's run registry keeps it for kernels that attach later."""
+"""In any process: what a run is asked to be: the shape, the function's config, the workers' environment -- as the
+notebook resolved it, and (``summary``) as the cluster's run registry keeps it for kernels that attach later."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The seam between the kernel and raynb's side of the cluster: what the kernel may ask (``ClusterSide``, one run's
-``RunChannel``, a warm group's ``WarmChannel``), and the names both sides agree on (where raynb's detached actors live,
-what the registry keeps). Standard library only.
+"""In any process: the seam between the kernel and raynb's side of the cluster: what the kernel may ask
+(``ClusterSide``, one run's ``RunChannel``, a warm group's ``WarmChannel``), and the names both sides agree on (where
+raynb's detached actors live, what the registry keeps). Standard library only.
 
 Kernel code types against these Protocols; ``_client/`` implements them twice (mypy holds both to them:
 ``_client/__init__.py``): over Ray Client handles, and over HTTP to raynb's agent on the head (Ray Jobs, where the

@@ -1,4 +1,4 @@
-"""Pure derivations from metric records: loss per rank and throughput. No I/O, no Ray."""
+"""In any process: pure derivations from metric records: loss per rank and throughput. No I/O, no Ray."""
 
 from __future__ import annotations
 

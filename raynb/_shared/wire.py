@@ -1,5 +1,5 @@
-"""What crosses between the kernel and raynb's agent on the Ray Jobs path: JSON, with bytes (a packed cell, the
-pickled picture) as base64 and tuples as lists. Both sides import this; standard library only."""
+"""In any process: what crosses between the kernel and raynb's agent on the Ray Jobs path: JSON, with bytes (a packed
+cell, the pickled picture) as base64 and tuples as lists. Both sides import this; standard library only."""
 
 from __future__ import annotations
 

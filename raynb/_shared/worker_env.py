@@ -1,4 +1,4 @@
-"""The environment of every process raynb starts on the cluster, and where each worker's NCCL log lands.
+"""In any process: the environment of every process raynb starts on the cluster, and where each worker's NCCL log lands.
 
 Pure: no Ray, no I/O. Two consumers, one source: the run's launcher (:func:`launcher_env`, set in its process for
 Ray Train to hand on) and the Train workers (:func:`worker_env`, their runtime env). raynb's own actors (registry,

@@ -1,6 +1,5 @@
-"""The kernel's, the launcher's and the Train workers' processes: what each Train worker is told besides the cell,
-declared once. The kernel fills it from the run's spec and settings; the launcher adds what it started ahead; the
-worker reads it. Standard library only.
+"""In any process: what each Train worker is told besides the cell, declared once. The kernel fills it from the run's
+spec and settings; the launcher adds what it started ahead; the worker reads it. Standard library only.
 
 It crosses the seam as ``to_wire()`` (plain data, in the launch spec) and reaches the workers as itself, inside the
 training function's closure."""

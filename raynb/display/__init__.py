@@ -1,4 +1,5 @@
-"""How a run shows itself: live HTML in notebooks, a text line in terminals, a static picture when it is over.
+"""In the kernel: how a run shows itself: live HTML in notebooks, a text line in terminals, a static picture when it is
+over.
 
 Live updates replace one display output in place (``display_id``); there is no ``clear_output`` and no widget
 state, so nothing flickers and a saved notebook keeps only the final picture (a few kilobytes).

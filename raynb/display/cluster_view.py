@@ -1,4 +1,4 @@
-"""How a cluster's status shows itself: a text block and an HTML summary with node (and pod) tables."""
+"""In the kernel: how a cluster's status shows itself: a text block and an HTML summary with node (and pod) tables."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""The control bar beside a running run's live view, where the front-end renders ipywidgets: Stop, and for a cell
-that waits on its run, Detach (the cell returns; the run goes on in the background, its view still updating).
+"""In the kernel: the control bar beside a running run's live view, where the front-end renders ipywidgets: Stop, and
+for a cell that waits on its run, Detach (the cell returns; the run goes on in the background, its view still
+updating).
 
 The bar lives in an output of its own, replaced by an empty one when the run ends: the saved notebook keeps the
 static picture and no widget state. Where widgets are not rendered (nbviewer, GitHub, a terminal) the output reads

@@ -1,5 +1,5 @@
-"""NCCL transport badges: one per node (and per link kind where they differ), green / amber / red, each expanding
-to the verdict's sentences and the log lines it rests on. A socket fallback gets a red banner."""
+"""In the kernel: NCCL transport badges: one per node (and per link kind where they differ), green / amber / red, each
+expanding to the verdict's sentences and the log lines it rests on. A socket fallback gets a red banner."""
 
 from __future__ import annotations
 

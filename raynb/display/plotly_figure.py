@@ -1,4 +1,4 @@
-"""An interactive plotly figure of a finished (or running) run, for exploring curves after the fact."""
+"""In the kernel: an interactive plotly figure of a finished (or running) run, for exploring curves after the fact."""
 
 from __future__ import annotations
 

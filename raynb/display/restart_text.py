@@ -1,5 +1,5 @@
-"""The kernel's process: why a run's workers were started again, and where the new attempt resumed, from its events
-(the sink's ``restart`` with the workers it lost, the workers' ``worker_error`` and ``checkpoint``). Pure."""
+"""In the kernel: why a run's workers were started again, and where the new attempt resumed, from its events (the sink's
+``restart`` with the workers it lost, the workers' ``worker_error`` and ``checkpoint``). Pure."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Render a Run: the HTML dashboard (phase, step, elapsed, loss and throughput charts, NCCL badges, error) and the
-one-line text form used in terminals and as ``text/plain``. Reads the run; holds no state of its own."""
+"""In the kernel: render a Run: the HTML dashboard (phase, step, elapsed, loss and throughput charts, NCCL badges,
+error) and the one-line text form used in terminals and as ``text/plain``. Reads the run; holds no state of its own."""
 
 from __future__ import annotations
 

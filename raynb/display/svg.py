@@ -1,5 +1,5 @@
-"""A small, dependency-free SVG line chart: renders in JupyterLab, VS Code, SageMaker Studio and nbviewer alike,
-and weighs a few kilobytes however long the run was."""
+"""In the kernel: a small, dependency-free SVG line chart: renders in JupyterLab, VS Code, SageMaker Studio and nbviewer
+alike, and weighs a few kilobytes however long the run was."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""HTML tables: one builder, used by the cluster status and the doctor's checklist."""
+"""In the kernel: HTML tables: one builder, used by the cluster status and the doctor's checklist."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""What the display reads from a run: a typed view, so ``display/`` never imports (or holds) the run itself."""
+"""In the kernel: what the display reads from a run: a typed view, so ``display/`` never imports (or holds) the run
+itself."""
 
 from __future__ import annotations
 

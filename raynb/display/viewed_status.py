@@ -1,6 +1,6 @@
-"""What the display reads from a cluster's status (``_cluster_status.ClusterStatus`` and the RayCluster's rows of
-``_kube_state``): typed views, so ``display/`` never imports (or holds) the status itself -- as ``viewed_run.py`` does
-for runs."""
+"""In the kernel: what the display reads from a cluster's status (``_cluster_status.ClusterStatus`` and the RayCluster's
+rows of ``_kube_state``): typed views, so ``display/`` never imports (or holds) the status itself -- as
+``viewed_run.py`` does for runs."""
 
 from __future__ import annotations
 

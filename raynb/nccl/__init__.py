@@ -1,4 +1,4 @@
-"""Which transport did NCCL really choose? A pure parser of one process's ``NCCL_DEBUG=INFO`` output.
+"""In any process: which transport did NCCL really choose? A pure parser of one process's ``NCCL_DEBUG=INFO`` output.
 
 ``python -m raynb.nccl [--json] [--expect-efa] LOGFILE...`` prints a verdict per file (``--json``: one object, or a
 list for several files). Reads NCCL 2.4-2.29 formats with or without launcher prefixes (Ray, torchrun, mpirun,

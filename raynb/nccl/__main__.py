@@ -1,4 +1,4 @@
-"""``python -m raynb.nccl [--json] [--expect-efa] LOGFILE...``"""
+"""In any process: ``python -m raynb.nccl [--json] [--expect-efa] LOGFILE...``"""
 
 import sys
 

@@ -1,6 +1,6 @@
-"""NCCL's log lines, read: each line without its launcher's prefix (Ray, torchrun, mpirun, CloudWatch), the patterns
-of the lines that matter (NCCL 2.4-2.29, with and without aws-ofi-nccl), and one pass over a process's log that keeps
-what they showed (:class:`Seen`). What that means is ``verdict.py``'s."""
+"""In any process: NCCL's log lines, read: each line without its launcher's prefix (Ray, torchrun, mpirun, CloudWatch),
+the patterns of the lines that matter (NCCL 2.4-2.29, with and without aws-ofi-nccl), and one pass over a process's
+log that keeps what they showed (:class:`Seen`). What that means is ``verdict.py``'s."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What one NCCL process saw, as data: the documented JSON fields and one line for a person."""
+"""In any process: what one NCCL process saw, as data: the documented JSON fields and one line for a person."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""What a process's NCCL log means: which transport carried the traffic inside a node and between nodes, whether a
-faster network was asked for and not had (a fallback), and the verdict -- a severity and messages a person can act on.
-Pure: it reads what ``lines.read`` kept."""
+"""In any process: what a process's NCCL log means: which transport carried the traffic inside a node and between nodes,
+whether a faster network was asked for and not had (a fallback), and the verdict -- a severity and messages a person
+can act on. Pure: it reads what ``lines.read`` kept."""
 
 from __future__ import annotations
 

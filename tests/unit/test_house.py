@@ -301,3 +301,27 @@ def test_no_function_over_80_lines_of_body() -> None:
                 if lines > MAX_FUNCTION_LINES:
                     long.append(f"{_module_name(path)}.{n.name}: {lines}")
     assert long == []
+
+
+#: the processes a module's docstring opens with (``In the kernel: ...``): where its code runs
+PROCESSES = (
+    "In the kernel",
+    "On the head",
+    "In each Train worker",
+    "In the head's supervisor",
+    "On each node",
+    "On the cluster",
+    "In any process",
+)
+
+
+def test_every_module_says_the_process_it_runs_in() -> None:
+    """A newcomer reads where a module's code runs before what it does: each module docstring's first sentence, up to
+    its colon, names one or more processes (``In the kernel and the head's supervisor: ...``)."""
+    missing = []
+    for path in sorted(PKG.rglob("*.py")):
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        where = doc.split(":", 1)[0] if ":" in doc else ""
+        if not where.startswith(PROCESSES):
+            missing.append(f"{_module_name(path)}: {doc[:60]!r}")
+    assert missing == []
