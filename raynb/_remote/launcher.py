@@ -29,6 +29,7 @@ from .._shared.seam import SPARE_TTL_S
 from .._shared.worker_info import WorkerInfo
 from .detached import leave
 from .train_processes import start_ahead
+from .trainer_plan import TrainerPlan
 
 #: an ended run's launcher exits unless claimed again within this (its kernel claims it as it sees the run end)
 RECLAIM_S = 60.0
@@ -115,7 +116,7 @@ class Launcher:
     def _fit(self, payload: bytes, config: dict[str, Any], spec: dict[str, Any], sink: Any) -> dict[str, Any]:
         kwargs = spec["trainer_kwargs"]
         if "plain" in kwargs:  # sent as data (the Ray Jobs path): made here, with the cluster's Ray
-            kwargs = trainer_kwargs_from(kwargs["plain"])
+            kwargs = TrainerPlan.from_wire(kwargs["plain"]).ray_kwargs()
         # the controller's and workers' processes start now, side by side (before this process imports torch, if the
         # spare's warm-up has not yet)
         info = replace(WorkerInfo.from_wire(spec["worker_info"]), started_ahead_env=start_ahead(kwargs))
@@ -162,23 +163,6 @@ def _train_coordinator() -> None:
         get_or_create_autoscaling_coordinator()
     except Exception:  # noqa: BLE001 - an optimisation only
         pass
-
-
-def trainer_kwargs_from(plain: dict[str, Any]) -> dict[str, Any]:
-    """``TorchTrainer``'s keyword arguments from their plain description (``_runs/trainer_config.plain_trainer``)."""
-    from ray.train import FailureConfig, LoggingConfig, RunConfig, ScalingConfig
-
-    scaling = ScalingConfig(
-        num_workers=plain["workers"], use_gpu=plain["gpu"], resources_per_worker=plain["resources_per_worker"]
-    )
-    run = RunConfig(
-        name=plain["name"],
-        storage_path=plain["storage_path"],
-        failure_config=FailureConfig(max_failures=plain["max_failures"]),
-        logging_config=LoggingConfig(log_level=plain["log_level"]),
-        worker_runtime_env={"env_vars": dict(plain["worker_env"])},
-    )
-    return {"scaling_config": scaling, "run_config": run}
 
 
 class _Lease:

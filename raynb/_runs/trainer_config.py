@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from .._remote.trainer_plan import TrainerPlan
 from ..errors import UsageError
 
 __all__ = ["shape_of", "trainer_kwargs", "plain_trainer", "user_run_name"]
@@ -78,16 +79,15 @@ def trainer_kwargs(
     train_log_level: str = "WARNING",
     max_failures: int = 0,
 ) -> dict[str, Any]:
-    """Keyword arguments for ``TorchTrainer(fn, **kwargs)``: the user's objects where given, raynb's defaults else."""
-    from ray.train import FailureConfig, LoggingConfig, RunConfig, ScalingConfig
+    """Keyword arguments for ``TorchTrainer(fn, **kwargs)``: the user's objects where given, raynb's defaults (the
+    plan's) else."""
+    from ray.train import FailureConfig, LoggingConfig
 
+    plan = TrainerPlan(name, workers, gpu, cpus_per_worker, storage_path, max_failures, train_log_level, worker_env)
     if scaling_config is None:
-        resources: dict[str, float] = {"CPU": cpus_per_worker}
-        if gpu:
-            resources["GPU"] = 1
-        scaling_config = ScalingConfig(num_workers=workers, use_gpu=gpu, resources_per_worker=resources)
+        scaling_config = plan.ray_kwargs()["scaling_config"]
     if run_config is None:
-        run_config = RunConfig(name=name, storage_path=storage_path)
+        run_config = plan.ray_kwargs()["run_config"]
     changes: dict[str, Any] = {}
     theirs = run_config.failure_config
     if theirs is None or theirs == FailureConfig():
@@ -148,7 +148,7 @@ def plain_trainer(
     **ray_objects: Any,
 ) -> dict[str, Any]:
     """raynb's defaults for ``TorchTrainer`` as plain data, made into Ray's objects on the cluster (the launcher's
-    ``trainer_kwargs_from``): the Ray Jobs path, where the kernel's Ray is not the cluster's and Ray's own objects
+    ``TrainerPlan.ray_kwargs``): the Ray Jobs path, where the kernel's Ray is not the cluster's and Ray's own objects
     cannot cross. A user's Ray Train objects cannot either, so they are refused here, naming them."""
     given = sorted(k for k, v in ray_objects.items() if v is not None)
     if given:
@@ -158,17 +158,5 @@ def plain_trainer(
             fix="give their values through raynb's own arguments (workers=, gpu=, cpus_per_worker=, max_failures=, "
             "the storage path), or make them inside the training function",
         )
-    resources: dict[str, float] = {"CPU": cpus_per_worker}
-    if gpu:
-        resources["GPU"] = 1
-    plain = {
-        "name": name,
-        "workers": workers,
-        "gpu": gpu,
-        "resources_per_worker": resources,
-        "storage_path": storage_path,
-        "max_failures": max_failures,
-        "log_level": train_log_level,
-        "worker_env": dict(worker_env),
-    }
-    return {"plain": plain}
+    plan = TrainerPlan(name, workers, gpu, cpus_per_worker, storage_path, max_failures, train_log_level, worker_env)
+    return {"plain": plan.to_wire()}

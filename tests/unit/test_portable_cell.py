@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from raynb._remote.launcher import trainer_kwargs_from
+from raynb._remote.trainer_plan import TrainerPlan
 from raynb._runs.cell import compile_cell, pack_portable
-from raynb._runs.trainer_config import plain_trainer
+from raynb._runs.trainer_config import plain_trainer, trainer_kwargs
 from raynb._shared import wire
 from raynb._shared.cell_code import MARK, is_packed
 from raynb.errors import CaptureError, UsageError
@@ -140,10 +140,19 @@ def test_the_trainer_travels_as_data_and_ray_objects_are_refused_naming_them() -
     plain = plain_trainer(
         name="r1", workers=2, gpu=True, cpus_per_worker=3.0, worker_env={"A": "1"}, storage_path=None, max_failures=1
     )
-    made = trainer_kwargs_from(wire.loads(wire.dumps(plain))["plain"])
+    made = TrainerPlan.from_wire(wire.loads(wire.dumps(plain))["plain"]).ray_kwargs()
     sc, rc = made["scaling_config"], made["run_config"]
     assert (sc.num_workers, sc.use_gpu, sc.resources_per_worker) == (2, True, {"CPU": 3.0, "GPU": 1})
     assert (rc.name, rc.failure_config.max_failures, rc.worker_runtime_env) == ("r1", 1, {"env_vars": {"A": "1"}})
+    # one description: the objects the kernel makes where Ray's objects cross are the launcher's, field for field
+    here = trainer_kwargs(
+        name="r1", workers=2, gpu=True, cpus_per_worker=3.0, worker_env={"A": "1"}, storage_path=None, max_failures=1
+    )
+    assert here["scaling_config"] == sc and here["run_config"] == rc
+    # an earlier raynb's description (resources_per_worker, no cpus_per_worker) still reads
+    old = {"name": "r", "workers": 1, "gpu": False, "resources_per_worker": {"CPU": 2.0}, "storage_path": None,
+           "max_failures": 0, "log_level": "WARNING", "worker_env": {}}  # fmt: skip
+    assert TrainerPlan.from_wire(old).cpus_per_worker == 2.0
     with pytest.raises(UsageError, match=r"Ray Train objects \(run_config, scaling_config\) cannot travel"):
         plain_trainer(
             name="r", workers=1, gpu=False, cpus_per_worker=1, worker_env={}, storage_path=None, max_failures=0,
