@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .._settings import raynb_home
-from .._shared.host import cpus_pinned, leases_active
+from .._shared.host import cpus_pinned, leases_active, usable_cpus
 from ..errors import ClusterStartError
 from .head_command import HOST, PORT_NAMES, free_ports, ray_start_command
 from .head_fitness import why_unfit
@@ -197,10 +197,15 @@ def start_head(
         proc = _spawn_supervisor(head, d)
         asked = [f"{n:g} {what}" for n, what in ((head.num_cpus, "CPUs"), (head.num_gpus, "GPUs")) if n is not None]
         say(f"starting an embedded Ray head ({', '.join(asked) or 'the CPUs and GPUs Ray finds here'}{why_cpus}) ...")
-        if pinned is None or pinned[0] > 1:  # on one CPU the import would starve the booting GCS (RPC deadlines)
-            import_ray_train()  # while the head's processes boot: not on the first run's way (kernel_imports.py)
+        # Ray Train imported while the head's processes boot, not on the first run's way (kernel_imports.py); on one
+        # CPU (affinity or quota) after they are up: beside them it starved the booting GCS past Ray's deadlines
+        crowded = usable_cpus() < 2
+        if not crowded:
+            import_ray_train()
         t0 = time.monotonic()
         _wait_ready(head, proc, d, timeout)
+        if crowded:
+            import_ray_train()
         say(f"embedded Ray head ready in {time.monotonic() - t0:.1f} s")
         return head
 

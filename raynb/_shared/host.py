@@ -10,7 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
-__all__ = ["lease", "leases_active", "count_gpus", "cpus_pinned"]
+__all__ = ["lease", "leases_active", "count_gpus", "cpus_pinned", "usable_cpus"]
 
 
 def lease(leases_dir: str, key: str, seconds: float) -> None:
@@ -47,6 +47,13 @@ def count_gpus(*, respect_visible: bool = True) -> int:
         if out.returncode == 0:
             return len([ln for ln in out.stdout.splitlines() if ln.startswith("GPU ")])
     return 0
+
+
+def usable_cpus() -> float:
+    """The CPUs this process may use: the smaller of its affinity and its cgroup's CPU quota."""
+    quota = _cgroup_cpu_quota()
+    allowed = len(os.sched_getaffinity(0))
+    return min(allowed, quota) if quota is not None else allowed
 
 
 def cpus_pinned() -> tuple[int, int] | None:
