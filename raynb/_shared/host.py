@@ -61,11 +61,9 @@ def cpus_pinned() -> tuple[int, int] | None:
     a scheduler's cpuset), else None. Ray reads a cgroup's quota and cpuset, not a process's affinity; ``usable`` is
     the smaller of the affinity and the cgroup's CPU quota, so it never offers more than Ray would."""
     machine = os.cpu_count() or 1
-    allowed = len(os.sched_getaffinity(0))
-    if allowed >= machine:
+    if len(os.sched_getaffinity(0)) >= machine:
         return None
-    quota = _cgroup_cpu_quota()
-    return max(1, int(min(allowed, quota if quota is not None else allowed))), machine
+    return max(1, int(usable_cpus())), machine
 
 
 def _cgroup_cpu_quota() -> float | None:
